@@ -1,0 +1,36 @@
+# The two commands of a fresh clone: `make train` and `make test`. Each creates .venv on first use.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+ARGS    ?=
+
+.PHONY: train test test-all demo lint bench clean
+
+$(BIN)/brisk-train: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	@touch $@
+
+$(VENV)/.dev: $(BIN)/brisk-train
+	$(BIN)/pip install -q -e '.[dev,plots]'
+	@touch $@
+
+train: $(BIN)/brisk-train  ## train on CIFAR-10 (downloads it once into data/)
+	$(BIN)/brisk-train $(ARGS)
+
+demo: $(BIN)/brisk-train  ## short offline run on generated data
+	$(BIN)/brisk-train experiment=quickstart $(ARGS)
+
+test: $(VENV)/.dev  ## the test suite (CPU, under ~10 minutes on 2 cores)
+	$(BIN)/pytest -q $(ARGS)
+
+test-all: $(VENV)/.dev  ## also the tests marked slow
+	$(BIN)/pytest -q -m '' $(ARGS)
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+
+clean:
+	rm -rf $(VENV) logs .pytest_cache

@@ -1,0 +1,3 @@
+"""brisk: a fast PyTorch Lightning + Hydra template for CIFAR-10."""
+
+__version__ = "0.1.0"

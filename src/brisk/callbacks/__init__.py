@@ -1,0 +1,3 @@
+from brisk.callbacks.speed import SpeedMeter
+
+__all__ = ["SpeedMeter"]

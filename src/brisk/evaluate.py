@@ -1,0 +1,43 @@
+"""brisk-eval ckpt_path=<path>: test a checkpoint on the test split, write eval.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+import lightning as L
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from brisk import summary as run_summary
+from brisk.builder import build_datamodule, build_trainer
+from brisk.cli import CONFIG_PATH, user_errors
+from brisk.errors import BriskError
+from brisk.models import ImageClassifier
+
+
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    ckpt = Path(cfg.ckpt_path)
+    if not ckpt.is_file():
+        raise BriskError(f"ckpt_path={ckpt}: no such file. Pass the path of a .ckpt, e.g. <run>/checkpoints/last.ckpt.")
+    L.seed_everything(cfg.seed, workers=True)
+    # weights_only=True: a crafted checkpoint cannot run code; brisk's hparams are plain containers.
+    model = ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True)
+    trainer = build_trainer(cfg)
+    trainer.test(model, datamodule=build_datamodule(cfg))
+    metrics = run_summary.scalars(trainer.callback_metrics)
+    if trainer.is_global_zero:
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        run_summary.write(run_dir / "eval.json", {"ckpt_path": str(ckpt), "metrics": metrics, "run_dir": str(run_dir)})
+        print(run_dir, flush=True)
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="eval")
+@user_errors
+def main(cfg: DictConfig) -> None:
+    evaluate(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from brisk.models.classifier import ImageClassifier
+
+__all__ = ["ImageClassifier"]

@@ -1,0 +1,109 @@
+"""ImageClassifier: the one LightningModule. The net is a plain nn.Module built from its config."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torchmetrics import MaxMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+STAGES = ("train", "val", "test")
+
+
+def _plain(value: Any) -> Any:
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+
+
+class ImageClassifier(L.LightningModule):
+    """Cross-entropy classification of images by any net.
+
+    Args:
+        net: Hydra config of the net (`_target_` + arguments). The config, not the module, is
+            kept in the hyperparameters: checkpoints then hold only plain containers and load
+            with torch's default `weights_only=True`.
+        optimizer: config of a partial optimizer (`_partial_: true`), called with the parameter groups.
+        scheduler: config of a partial LR scheduler, or None. Its `interval` key (step|epoch) says
+            how often it steps; `total_steps` is filled in from the trainer if the scheduler takes it.
+        num_classes: for the accuracy metrics.
+        label_smoothing: as in `F.cross_entropy`.
+        weight_decay: applied to weights only; biases and norm parameters get none.
+        l1: coefficient of an L1 penalty on all weights, added to the training loss.
+        compile: compile the net (not the LightningModule, which fails on lightning 2.6.6).
+    """
+
+    def __init__(
+        self,
+        net: dict,
+        optimizer: dict,
+        scheduler: dict | None = None,
+        num_classes: int = 10,
+        label_smoothing: float = 0.0,
+        weight_decay: float = 0.0,
+        l1: float = 0.0,
+        compile: bool = False,
+    ) -> None:
+        super().__init__()
+        net, optimizer, scheduler = _plain(net), _plain(optimizer), _plain(scheduler)
+        self.save_hyperparameters()
+        self.net = instantiate(net)
+        if compile:
+            self.net.compile()  # in place: state_dict keys stay the same as without compile
+        # keyed "<stage>_acc": a ModuleDict key "train" would clash with nn.Module.train
+        self.acc = torch.nn.ModuleDict({f"{s}_acc": MulticlassAccuracy(num_classes, average="micro") for s in STAGES})
+        self.val_acc_best = MaxMetric()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> torch.Tensor:
+        x, y = batch
+        logits = self(x)
+        loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
+        acc = self.acc[f"{stage}_acc"]
+        acc(logits, y)
+        # Tensors, not floats: Lightning reduces them on the device and only syncs when it writes logs.
+        self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, sync_dist=stage != "train")
+        self.log(f"{stage}/acc", acc, on_step=False, on_epoch=True, prog_bar=stage == "val")
+        if stage == "train" and self.hparams.l1:
+            loss = loss + self.hparams.l1 * sum(p.abs().sum() for p in self.net.parameters() if p.ndim > 1)
+        return loss
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        return self.step(batch, "train")
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self.step(batch, "val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self.step(batch, "test")
+
+    def on_train_start(self) -> None:
+        self.val_acc_best.reset()  # forget the sanity check's accuracy
+
+    def on_validation_epoch_end(self) -> None:
+        if not self.trainer.sanity_checking:
+            self.val_acc_best(self.acc["val_acc"].compute())
+            self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)
+
+    def configure_optimizers(self):
+        decay = [p for p in self.net.parameters() if p.requires_grad and p.ndim > 1]
+        no_decay = [p for p in self.net.parameters() if p.requires_grad and p.ndim <= 1]
+        groups = [{"params": decay, "weight_decay": self.hparams.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        optimizer = instantiate(self.hparams.optimizer)(groups)
+        if not self.hparams.scheduler:
+            return optimizer
+        config = dict(self.hparams.scheduler)
+        interval = config.pop("interval", "step")
+        make = instantiate(config)
+        kwargs = {}
+        if "total_steps" in inspect.signature(make.func).parameters:
+            total = self.trainer.estimated_stepping_batches
+            kwargs["total_steps"] = int(total if interval == "step" else self.trainer.max_epochs)
+        scheduler = make(optimizer, **kwargs)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}

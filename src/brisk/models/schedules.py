@@ -1,0 +1,26 @@
+"""Learning-rate schedules torch does not ship as one class. Each returns a LambdaLR."""
+
+from __future__ import annotations
+
+import math
+
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def cosine_with_warmup(optimizer: Optimizer, total_steps: int, warmup: float = 0.05, final: float = 0.0) -> LambdaLR:
+    """Linear warmup over the first `warmup` fraction of steps, then cosine decay to `final` x base lr."""
+    warmup_steps = max(1, int(warmup * total_steps))
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return final + (1 - final) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return LambdaLR(optimizer, factor)
+
+
+def exp_decay(optimizer: Optimizer, constant_epochs: int = 10, k: float = 0.1) -> LambdaLR:
+    """Constant for `constant_epochs` epochs, then multiplied by exp(-k) each epoch (stepped per epoch)."""
+    return LambdaLR(optimizer, lambda epoch: math.exp(-k * max(0, epoch - constant_epochs)))

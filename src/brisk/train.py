@@ -1,0 +1,74 @@
+"""brisk-train: fit, test the best checkpoint, write summary.json, print the run directory."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import hydra
+import lightning as L
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from brisk import summary as run_summary
+from brisk.builder import build
+from brisk.cli import CONFIG_PATH, user_errors
+
+log = logging.getLogger("brisk")
+
+
+def train(cfg: DictConfig) -> float | None:
+    L.seed_everything(cfg.seed, workers=True)
+    trainer, datamodule, model, speed = build(cfg)
+    requested = str(cfg.trainer.precision)
+    log.info("precision: requested %s, running as %s", requested, trainer.precision)
+
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)
+    fit_seconds = time.perf_counter() - start
+    fit_metrics = dict(trainer.callback_metrics)
+
+    checkpoint = trainer.checkpoint_callback
+    best = checkpoint.best_model_path if checkpoint is not None else ""
+    trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
+    metrics = run_summary.scalars({**fit_metrics, **trainer.callback_metrics})
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    per_device = cfg.data.batch_size // trainer.world_size
+    if trainer.is_global_zero:
+        run_summary.write(
+            run_dir / "summary.json",
+            {
+                "run_dir": str(run_dir),
+                "metrics": metrics,
+                "images_per_sec": speed.images_per_sec,
+                "fit_seconds": fit_seconds,
+                "epochs": trainer.current_epoch,
+                "global_step": trainer.global_step,
+                "precision": {"requested": requested, "effective": trainer.precision},
+                "world_size": trainer.world_size,
+                "global_batch": cfg.data.batch_size,
+                "per_device_batch": per_device,
+                "accumulation": trainer.accumulate_grad_batches,
+                "effective_batch": cfg.data.batch_size * trainer.accumulate_grad_batches,
+                "ckpt_path": best,
+                "last_ckpt_path": getattr(checkpoint, "last_model_path", "") or "",
+                "seed": cfg.seed,
+                "overrides": list(HydraConfig.get().overrides.task),
+                "hardware": run_summary.hardware(),
+            },
+        )
+        print(run_dir, flush=True)  # the last line: scripts read the run directory from here
+    value = metrics.get(cfg.optimized_metric) if cfg.get("optimized_metric") else None
+    return value
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
+@user_errors
+def main(cfg: DictConfig) -> float | None:
+    return train(cfg)
+
+
+if __name__ == "__main__":
+    main()
