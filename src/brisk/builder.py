@@ -13,7 +13,18 @@ from omegaconf import DictConfig
 from brisk.callbacks import SpeedMeter
 from brisk.errors import BriskError
 
-PRECISIONS = ("auto", "32", "32-true", "64", "64-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "transformer-engine")
+PRECISIONS = (
+    "auto",
+    "32",
+    "32-true",
+    "64",
+    "64-true",
+    "16-mixed",
+    "bf16-mixed",
+    "16-true",
+    "bf16-true",
+    "transformer-engine",
+)
 
 
 def resolve_precision(requested: str | int, accelerator: str) -> str:
@@ -33,10 +44,29 @@ def _instantiate_all(group: DictConfig | None) -> list:
     return [instantiate(c) for c in (group or {}).values() if c is not None]
 
 
+def check_hardware(trainer: DictConfig) -> None:
+    """Stop before anything is built if the config asks for hardware that is not here."""
+    accelerator, strategy = str(trainer.accelerator), trainer.strategy
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise BriskError(
+            f"trainer.accelerator={accelerator} but no CUDA GPU is visible. "
+            "Use trainer=cpu or trainer.accelerator=auto."
+        )
+    name = str(strategy.get("_target_", "") if isinstance(strategy, DictConfig) else strategy).lower()
+    if ("fsdp" in name or "deepspeed" in name) and (accelerator == "cpu" or not torch.cuda.is_available()):
+        raise BriskError(
+            f"trainer.strategy={strategy} needs CUDA GPUs, and none are available here. "
+            "Use strategy=ddp (or ddp_spawn) on CPU."
+        )
+
+
 def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.Trainer:
+    check_hardware(cfg.trainer)
     precision = resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator))
     callbacks = [*_instantiate_all(cfg.get("callbacks")), *extra_callbacks]
-    return instantiate(cfg.trainer, precision=precision, callbacks=callbacks, logger=_instantiate_all(cfg.get("logger")))
+    return instantiate(
+        cfg.trainer, precision=precision, callbacks=callbacks, logger=_instantiate_all(cfg.get("logger"))
+    )
 
 
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:

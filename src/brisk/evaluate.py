@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from brisk import summary as run_summary
 from brisk.builder import build_datamodule, build_trainer
-from brisk.cli import CONFIG_PATH, user_errors
+from brisk.cli import CONFIG_PATH, hydra_entry, user_errors
 from brisk.errors import BriskError
 from brisk.models import ImageClassifier
 
@@ -33,6 +33,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     return metrics
 
 
+@hydra_entry
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="eval")
 @user_errors
 def main(cfg: DictConfig) -> None:

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from brisk import summary as run_summary
 from brisk.builder import build
-from brisk.cli import CONFIG_PATH, user_errors
+from brisk.cli import CONFIG_PATH, hydra_entry, user_errors
 
 log = logging.getLogger("brisk")
 
@@ -53,7 +53,10 @@ def train(cfg: DictConfig) -> float | None:
                 "accumulation": trainer.accumulate_grad_batches,
                 "effective_batch": cfg.data.batch_size * trainer.accumulate_grad_batches,
                 "ckpt_path": best,
-                "last_ckpt_path": getattr(checkpoint, "last_model_path", "") or "",
+                "last_ckpt_path": next(
+                    (c.last_model_path or c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor is None),
+                    "",
+                ),
                 "seed": cfg.seed,
                 "overrides": list(HydraConfig.get().overrides.task),
                 "hardware": run_summary.hardware(),
@@ -64,6 +67,7 @@ def train(cfg: DictConfig) -> float | None:
     return value
 
 
+@hydra_entry
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
 @user_errors
 def main(cfg: DictConfig) -> float | None:

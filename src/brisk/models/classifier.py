@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import lightning as L
@@ -12,6 +11,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torchmetrics import MaxMetric
 from torchmetrics.classification import MulticlassAccuracy
+
+from brisk.models import schedules
 
 STAGES = ("train", "val", "test")
 
@@ -94,16 +95,17 @@ class ImageClassifier(L.LightningModule):
     def configure_optimizers(self):
         decay = [p for p in self.net.parameters() if p.requires_grad and p.ndim > 1]
         no_decay = [p for p in self.net.parameters() if p.requires_grad and p.ndim <= 1]
-        groups = [{"params": decay, "weight_decay": self.hparams.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        groups = [
+            {"params": decay, "weight_decay": self.hparams.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
         optimizer = instantiate(self.hparams.optimizer)(groups)
         if not self.hparams.scheduler:
             return optimizer
-        config = dict(self.hparams.scheduler)
-        interval = config.pop("interval", "step")
-        make = instantiate(config)
-        kwargs = {}
-        if "total_steps" in inspect.signature(make.func).parameters:
-            total = self.trainer.estimated_stepping_batches
-            kwargs["total_steps"] = int(total if interval == "step" else self.trainer.max_epochs)
-        scheduler = make(optimizer, **kwargs)
+        trainer = self.trainer
+        scheduler, interval = schedules.build(
+            self.hparams.scheduler,
+            optimizer,
+            lambda interval: trainer.estimated_stepping_batches if interval == "step" else trainer.max_epochs,
+        )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Callable
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
@@ -24,3 +26,19 @@ def cosine_with_warmup(optimizer: Optimizer, total_steps: int, warmup: float = 0
 def exp_decay(optimizer: Optimizer, constant_epochs: int = 10, k: float = 0.1) -> LambdaLR:
     """Constant for `constant_epochs` epochs, then multiplied by exp(-k) each epoch (stepped per epoch)."""
     return LambdaLR(optimizer, lambda epoch: math.exp(-k * max(0, epoch - constant_epochs)))
+
+
+def build(config: dict, optimizer: Optimizer, total_steps: Callable[[str], int]):
+    """A scheduler config (a partial plus `interval`) -> (scheduler, interval).
+
+    `total_steps(interval)` is only called for schedulers that take a `total_steps` argument.
+    """
+    from hydra.utils import instantiate
+
+    config = dict(config)
+    interval = config.pop("interval", "step")
+    make = instantiate(config)
+    kwargs = {}
+    if "total_steps" in inspect.signature(make.func).parameters:
+        kwargs["total_steps"] = int(total_steps(interval))
+    return make(optimizer, **kwargs), interval

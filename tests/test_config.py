@@ -1,0 +1,98 @@
+"""Every option of every config group composes, and data, model and trainer instantiate from it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from brisk.builder import build_datamodule, build_model, build_trainer
+from brisk.cli import CONFIG_PATH
+from brisk.errors import BriskError
+from brisk.models import schedules
+from conftest import TINY, compose_cfg
+
+GROUPS = [
+    "data",
+    "augment",
+    "model",
+    "optimizer",
+    "scheduler",
+    "trainer",
+    "strategy",
+    "precision",
+    "accumulation",
+    "callbacks",
+    "logger",
+    "debug",
+    "experiment",
+]
+OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((Path(CONFIG_PATH) / g).glob("*.yaml"))]
+NEEDS = {("logger", "wandb"): "wandb", ("logger", "mlflow"): "mlflow", ("logger", "tensorboard"): "tensorboard"}
+NEEDS_CUDA = {("strategy", "fsdp"), ("strategy", "deepspeed"), ("trainer", "gpu")}
+
+
+def test_every_group_has_options():
+    assert {g for g, _ in OPTIONS} == set(GROUPS)
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_option_composes_and_instantiates(group, option, brisk_root):
+    if (module := NEEDS.get((group, option))) and importlib.util.find_spec(module) is None:
+        pytest.skip(f"the {module} extra is not installed")
+    # the option under test replaces whatever TINY says about its own group
+    own = {
+        "data": ("data=", "data.synthetic"),
+        "model": ("model.net",),
+        "trainer": ("trainer.accelerator", "trainer.devices"),
+    }.get(group, ())
+    overrides = [o for o in TINY if not o.startswith(own)] if own else TINY
+    cfg = compose_cfg([*overrides, f"{group}={option}"], brisk_root)
+    assert build_datamodule(cfg).hparams.batch_size > 0
+    model = build_model(cfg)
+    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+    if (group, option) in NEEDS_CUDA and not torch.cuda.is_available():
+        with pytest.raises(BriskError, match="CUDA"):
+            build_trainer(cfg)
+        return
+    trainer = build_trainer(cfg)
+    if group == "precision" and option not in ("auto", "16-mixed"):
+        assert trainer.precision.startswith(option)
+    if group == "accumulation" and option != "schedule":
+        assert trainer.accumulate_grad_batches == int(option)
+
+
+def test_cli_reads_like_the_docs(brisk_root):
+    cfg = compose_cfg(["strategy=ddp", "precision=16-mixed", "accumulation=4"], brisk_root)
+    assert (cfg.trainer.strategy, cfg.trainer.precision, cfg.trainer.accumulate_grad_batches) == ("ddp", "16-mixed", 4)
+
+
+def test_schedulers_step_with_the_optimizer(brisk_root):
+    for option in ["onecycle", "cosine", "step", "exp_decay"]:
+        cfg = compose_cfg([*TINY, f"scheduler={option}"], brisk_root)
+        opt = instantiate(cfg.optimizer)([torch.nn.Parameter(torch.zeros(1))])
+        scheduler, interval = schedules.build(cfg.scheduler, opt, total_steps=lambda _: 100)
+        lrs = []
+        for _ in range(30):
+            opt.step()
+            scheduler.step()
+            lrs.append(opt.param_groups[0]["lr"])
+        assert interval in ("step", "epoch")
+        assert len(set(lrs)) > 1 or option == "step", f"{option} never changed the learning rate"
+
+
+def test_exp_decay_is_constant_then_exponential():
+    from brisk.models.schedules import exp_decay
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = exp_decay(opt, constant_epochs=3, k=0.5)
+    lrs = []
+    for _ in range(6):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[:4] == [1.0] * 4
+    assert lrs[5] / lrs[4] == pytest.approx(torch.exp(torch.tensor(-0.5)).item())

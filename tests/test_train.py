@@ -1,0 +1,85 @@
+"""brisk-train and brisk-eval end to end, as subprocesses, on generated data."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import TINY, read_summary, run_cli, run_dir_of
+
+SUMMARY_FIELDS = {
+    "metrics",
+    "images_per_sec",
+    "fit_seconds",
+    "precision",
+    "world_size",
+    "per_device_batch",
+    "accumulation",
+    "effective_batch",
+    "ckpt_path",
+    "last_ckpt_path",
+    "hardware",
+    "run_dir",
+}
+
+
+@pytest.fixture(scope="module")
+def trained(brisk_root):
+    proc = run_cli("train", [*TINY, "trainer.max_epochs=4"], brisk_root)
+    return run_dir_of(proc), proc
+
+
+def test_summary_has_the_fields(trained):
+    run_dir, _ = trained
+    s = read_summary(run_dir)
+    assert set(s) >= SUMMARY_FIELDS
+    assert s["world_size"] == 1 and s["per_device_batch"] == 100 and s["effective_batch"] == 100
+    assert s["precision"] == {"requested": "auto", "effective": "32-true"}
+    assert s["images_per_sec"] > 0 and s["fit_seconds"] > 0
+    assert {"test/acc", "val/acc", "val/acc_best", "train/loss", "train/acc"} <= set(s["metrics"])
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+    assert s["last_ckpt_path"] == str(run_dir / "checkpoints" / "last.ckpt") and Path(s["last_ckpt_path"]).is_file()
+    assert Path(s["ckpt_path"]).name.startswith("best-")
+
+
+def test_simple_cnn_learns(trained):
+    acc = read_summary(trained[0])["metrics"]["test/acc"]
+    assert acc > 0.5, f"test accuracy {acc:.3f} after 4 epochs; chance is 0.1"
+
+
+def test_run_dir_is_the_last_line(trained):
+    run_dir, proc = trained
+    assert run_dir.is_dir() and run_dir.parent.name == "runs"
+
+
+def test_checkpoint_hparams_are_plain_and_load_safely(trained):
+    ckpt = torch.load(trained[0] / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["hyper_parameters"]["net"]["_target_"] == "brisk.models.nets.SimpleCNN"
+
+
+def test_eval_reproduces_test_accuracy(trained, brisk_root):
+    run_dir, _ = trained
+    s = read_summary(run_dir)
+    data = [o for o in TINY if o.startswith("data")]
+    proc = run_cli("evaluate", [*data, f"ckpt_path={s['ckpt_path']}", "trainer.accelerator=cpu"], brisk_root)
+    eval_json = read_summary.__globals__["json"].loads((run_dir_of(proc) / "eval.json").read_text())
+    assert eval_json["metrics"]["test/acc"] == pytest.approx(s["metrics"]["test/acc"], abs=1e-6)
+
+
+def test_resume_continues_to_the_next_epoch(brisk_root):
+    # No schedule here: OneCycle and cosine fix their horizon, so they cannot be stretched to more epochs.
+    args = [*TINY, "scheduler=none"]
+    run_dir = run_dir_of(run_cli("train", [*args, "trainer.max_epochs=2"], brisk_root))
+    proc = run_cli("train", [*args, "trainer.max_epochs=3", "ckpt_path=last", f"hydra.run.dir={run_dir}"], brisk_root)
+    assert run_dir_of(proc) == run_dir
+    s = read_summary(run_dir)
+    assert s["epochs"] == 3 and s["global_step"] == 3 * 15
+    assert "Restoring states from the checkpoint" in proc.stdout + proc.stderr
+    epochs = []
+    for version in ("version_0", "version_1"):  # the resumed part is logged next to, not over, the first
+        with open(run_dir / "csv" / version / "metrics.csv") as f:
+            epochs.append(sorted({int(r["epoch"]) for r in csv.DictReader(f) if r.get("val/acc")}))
+    assert epochs == [[0, 1], [2]]
