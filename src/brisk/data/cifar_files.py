@@ -157,7 +157,8 @@ def download(root: str | Path) -> None:
         except Exception as e:
             raise BriskError(
                 f"could not download CIFAR-10 into {root} ({type(e).__name__}: {e}). "
-                f"Without network, copy {FOLDER}/ from {URL} into {root} by hand, or run with data=synthetic."
+                f"Without network, fetch {URL} elsewhere, unpack it so that {root / FOLDER} exists, "
+                "or run with data=synthetic."
             ) from None
         archive = tmp / Path(URL).name
         extract_archive(str(archive), str(tmp))
