@@ -28,11 +28,47 @@ TINY = [
     "trainer.log_every_n_steps=5",
 ]
 
+# What srun sets for a one-task job: enough for Lightning to pick its SLURMEnvironment.
+SLURM_ENV = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_JOB_NAME": "brisk",
+    "SLURM_NTASKS": "1",
+    "SLURM_NTASKS_PER_NODE": "1",
+    "SLURM_NNODES": "1",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_NODELIST": "localhost",
+}
+
 
 @pytest.fixture(scope="session")
 def brisk_root(tmp_path_factory) -> Path:
     """One project root for the session, so generated data is made once and cached."""
     return tmp_path_factory.mktemp("brisk_root")
+
+
+def processes_of(root: Path) -> list[int]:
+    """Processes whose environment names this project root: anything brisk started for a test."""
+    marker = f"BRISK_ROOT={root}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                if marker in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.fixture
+def project(tmp_path, brisk_root) -> Path:
+    """A fresh project root that shares the session's generated data; nothing may be left running in it."""
+    (brisk_root / "data").mkdir(exist_ok=True)
+    (tmp_path / "data").symlink_to(brisk_root / "data", target_is_directory=True)
+    yield tmp_path
+    assert processes_of(tmp_path) == [], "processes left running after the test"
 
 
 def compose_cfg(overrides: list[str], root: Path, config_name: str = "train"):
@@ -44,9 +80,9 @@ def compose_cfg(overrides: list[str], root: Path, config_name: str = "train"):
     return cfg
 
 
-def run_cli(module: str, overrides: list[str], root: Path, timeout: float = 240, check: bool = True, **kw):
-    """Run `python -m brisk.<module> overrides...` with the project root at `root`."""
-    env = {**os.environ, "BRISK_ROOT": str(root), "PYTHONUNBUFFERED": "1"}
+def run_cli(module: str, overrides: list[str], root: Path, timeout: float = 240, check: bool = True, env=None, **kw):
+    """Run `python -m brisk.<module> overrides...` with the project root at `root` (and `env` over os.environ)."""
+    env = {**(env or os.environ), "BRISK_ROOT": str(root), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", f"brisk.{module}", *overrides],
         cwd=root,

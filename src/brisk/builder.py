@@ -10,28 +10,16 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from brisk.callbacks import SpeedMeter
-from brisk.errors import BriskError
-
-PRECISIONS = (
-    "auto",
-    "32",
-    "32-true",
-    "64",
-    "64-true",
-    "16-mixed",
-    "bf16-mixed",
-    "16-true",
-    "bf16-true",
-    "transformer-engine",
-)
+from brisk import checks, distributed
+from brisk.callbacks import DivergenceGuard, ResumeState, SigtermCheckpoint, SpeedMeter
+from brisk.checkpoint_io import SafeCheckpointIO
 
 
 def resolve_precision(requested: str | int, accelerator: str) -> str:
-    """`auto` -> bf16-mixed on GPUs that support it, 16-mixed on older GPUs, 32 elsewhere."""
+    """`auto` -> bf16-mixed on GPUs that support it, 16-mixed on older GPUs, 32 elsewhere.
+
+    Other values pass unchanged: checks.validate has already refused unknown ones."""
     requested = str(requested)
-    if requested not in PRECISIONS:
-        raise BriskError(f"trainer.precision={requested} is unknown. Choose one of: {', '.join(PRECISIONS)}.")
     if requested != "auto":
         return requested
     if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
@@ -44,28 +32,28 @@ def _instantiate_all(group: DictConfig | None) -> list:
     return [instantiate(c) for c in (group or {}).values() if c is not None]
 
 
-def check_hardware(trainer: DictConfig) -> None:
-    """Stop before anything is built if the config asks for hardware that is not here."""
-    accelerator, strategy = str(trainer.accelerator), trainer.strategy
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise BriskError(
-            f"trainer.accelerator={accelerator} but no CUDA GPU is visible. "
-            "Use trainer=cpu or trainer.accelerator=auto."
-        )
-    name = str(strategy.get("_target_", "") if isinstance(strategy, DictConfig) else strategy).lower()
-    if ("fsdp" in name or "deepspeed" in name) and (accelerator == "cpu" or not torch.cuda.is_available()):
-        raise BriskError(
-            f"trainer.strategy={strategy} needs CUDA GPUs, and none are available here. "
-            "Use strategy=ddp (or ddp_spawn) on CPU."
-        )
-
-
 def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.Trainer:
-    check_hardware(cfg.trainer)
+    checks.validate(cfg)  # before anything is built, loaded or launched
+    trainer = _trainer(cfg, extra_callbacks)
+    if distributed.needs_launch(trainer):
+        # brisk starts this node's other ranks itself (see brisk.distributed for why), then builds the
+        # Trainer again: with LOCAL_RANK set, Lightning sees processes that were created for it.
+        distributed.launch(trainer)
+        trainer = _trainer(cfg, extra_callbacks)
+    return trainer
+
+
+def _trainer(cfg: DictConfig, extra_callbacks) -> L.Trainer:
     precision = resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator))
     callbacks = [*_instantiate_all(cfg.get("callbacks")), *extra_callbacks]
+    # Checkpoints are written by temp file + rename and always read with weights_only=True.
+    plugins = [SafeCheckpointIO(), *instantiate(cfg.trainer.get("plugins") or [])]
     return instantiate(
-        cfg.trainer, precision=precision, callbacks=callbacks, logger=_instantiate_all(cfg.get("logger"))
+        cfg.trainer,
+        precision=precision,
+        callbacks=callbacks,
+        logger=_instantiate_all(cfg.get("logger")),
+        plugins=plugins,
     )
 
 
@@ -80,4 +68,6 @@ def build_model(cfg: DictConfig) -> L.LightningModule:
 
 def build(cfg: DictConfig) -> tuple[L.Trainer, L.LightningDataModule, L.LightningModule, SpeedMeter]:
     speed = SpeedMeter()
-    return build_trainer(cfg, [speed]), build_datamodule(cfg), build_model(cfg), speed
+    # Always on, whatever the callbacks group says: exact resume, NaN stop, checkpoint on SIGTERM.
+    reliability = [ResumeState(), DivergenceGuard(), SigtermCheckpoint()]
+    return build_trainer(cfg, [speed, *reliability]), build_datamodule(cfg), build_model(cfg), speed

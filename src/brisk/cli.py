@@ -8,14 +8,21 @@ import re
 import sys
 from pathlib import Path
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
+from brisk import distributed
 from brisk.errors import BriskError
 
 CONFIG_PATH = str(Path(__file__).resolve().parents[2] / "conf")
+# ${brisk_run_id:} in conf/hydra/default.yaml: the run directory's name, shared by all ranks of a job.
+OmegaConf.register_new_resolver("brisk_run_id", distributed.run_id, use_cache=True, replace=True)
 log = logging.getLogger("brisk")
 
 
 def user_errors(task):
-    """Turn a BriskError into one line on stderr and exit status 2."""
+    """Turn a BriskError into one line on stderr and exit status 2; end the job's ranks either way."""
 
     @functools.wraps(task)
     def wrapper(*args, **kwargs):
@@ -23,7 +30,11 @@ def user_errors(task):
             return task(*args, **kwargs)
         except BriskError as e:
             print(f"brisk: error: {e}", file=sys.stderr, flush=True)
+            if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+                raise  # the sweep records this job as failed and goes on (brisk.sweep.SweepSummary)
             sys.exit(2)
+        finally:
+            distributed.finish()
 
     return wrapper
 

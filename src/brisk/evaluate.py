@@ -11,19 +11,18 @@ from omegaconf import DictConfig
 
 from brisk import summary as run_summary
 from brisk.builder import build_datamodule, build_trainer
+from brisk.checkpoint_io import readable
 from brisk.cli import CONFIG_PATH, hydra_entry, user_errors
-from brisk.errors import BriskError
 from brisk.models import ImageClassifier
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     ckpt = Path(cfg.ckpt_path)
-    if not ckpt.is_file():
-        raise BriskError(f"ckpt_path={ckpt}: no such file. Pass the path of a .ckpt, e.g. <run>/checkpoints/last.ckpt.")
     L.seed_everything(cfg.seed, workers=True)
+    trainer = build_trainer(cfg)  # first: it checks the config, ckpt_path included
     # weights_only=True: a crafted checkpoint cannot run code; brisk's hparams are plain containers.
-    model = ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True)
-    trainer = build_trainer(cfg)
+    with readable(ckpt):
+        model = ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True)
     trainer.test(model, datamodule=build_datamodule(cfg))
     metrics = run_summary.scalars(trainer.callback_metrics)
     if trainer.is_global_zero:

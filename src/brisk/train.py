@@ -11,8 +11,9 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from brisk import distributed
 from brisk import summary as run_summary
-from brisk.builder import build
+from brisk.builder import build, resolve_precision
 from brisk.cli import CONFIG_PATH, hydra_entry, user_errors
 
 log = logging.getLogger("brisk")
@@ -22,10 +23,17 @@ def train(cfg: DictConfig) -> float | None:
     L.seed_everything(cfg.seed, workers=True)
     trainer, datamodule, model, speed = build(cfg)
     requested = str(cfg.trainer.precision)
-    log.info("precision: requested %s, running as %s", requested, trainer.precision)
+    if resolve_precision(requested, str(cfg.trainer.accelerator)).replace("-true", "") != trainer.precision.replace(
+        "-true", ""
+    ):  # e.g. 16-mixed on CPU, which Lightning runs as bf16-mixed with only a warning
+        log.warning("precision=%s is not available here: running as %s", requested, trainer.precision)
+    else:
+        log.info("precision: %s (requested %s)", trainer.precision, requested)
 
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    ckpt_path = distributed.slurm_resume_path(cfg.get("ckpt_path"), run_dir)
     start = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     fit_seconds = time.perf_counter() - start
     fit_metrics = dict(trainer.callback_metrics)
 
@@ -34,7 +42,6 @@ def train(cfg: DictConfig) -> float | None:
     trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
     metrics = run_summary.scalars({**fit_metrics, **trainer.callback_metrics})
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
     per_device = cfg.data.batch_size // trainer.world_size
     if trainer.is_global_zero:
         run_summary.write(
@@ -60,6 +67,7 @@ def train(cfg: DictConfig) -> float | None:
                 "seed": cfg.seed,
                 "overrides": list(HydraConfig.get().overrides.task),
                 "hardware": run_summary.hardware(),
+                "distributed": distributed.environment(trainer),
             },
         )
         print(run_dir, flush=True)  # the last line: scripts read the run directory from here

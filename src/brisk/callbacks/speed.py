@@ -22,6 +22,7 @@ class SpeedMeter(L.Callback):
         self.images = 0  # global, all ranks
         self.seconds = 0.0
         self._t0: float | None = None
+        self._epoch_images = 0
 
     def _start(self, trainer: L.Trainer) -> None:
         _sync(trainer)
@@ -36,6 +37,10 @@ class SpeedMeter(L.Callback):
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._epoch_images = 0
         self._start(trainer)
+
+    # A run resumed mid-epoch gets no on_train_epoch_start for that epoch: start counting here as well.
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.on_train_epoch_start(trainer, pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._epoch_images += len(batch[1])

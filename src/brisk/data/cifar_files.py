@@ -118,6 +118,21 @@ def is_present(root: str | Path) -> bool:
     return all((folder / n).is_file() for n in [*TRAIN_FILES, *TEST_FILES, META_FILE])
 
 
+def check_not_partial(root: str | Path) -> None:
+    """A folder that holds some of the files is damaged, not absent: name what is missing instead of
+    downloading (or generating) a new set that could not replace it anyway."""
+    folder = Path(root) / FOLDER
+    if not folder.is_dir():
+        return
+    missing = [n for n in [*TRAIN_FILES, *TEST_FILES, META_FILE] if not (folder / n).is_file()]
+    if missing:
+        names = ", ".join(str(folder / n) for n in missing)
+        raise BriskError(
+            f"{names}: missing, so {folder} is incomplete. Put the file(s) back, or delete {folder} "
+            "and let brisk download (or, with data=synthetic, generate) it again."
+        )
+
+
 def publish(staging: Path, root: Path) -> None:
     """Move a complete `staging/cifar-10-batches-py` into `root` with one rename.
 

@@ -63,6 +63,7 @@ class CIFAR10DataModule(L.LightningDataModule):
         if self.hparams.synthetic is not None:
             syn.write(self.folder, **self.hparams.synthetic)
         elif not cf.is_present(self.folder):
+            cf.check_not_partial(self.folder)
             if not self.hparams.download:
                 raise BriskError(
                     f"CIFAR-10 not found in {self.folder / cf.FOLDER} and data.download=false. "
@@ -127,4 +128,7 @@ class CIFAR10DataModule(L.LightningDataModule):
         x, y = batch
         if self.trainer is not None and self.trainer.training:
             x = aug.augment(x, **self.hparams.augment)
-        return aug.normalize(x, channels_last=self.hparams.channels_last), y
+        x = aug.normalize(x, channels_last=self.hparams.channels_last)
+        if self.trainer is not None:  # 16-true, bf16-true and 64 want the inputs in their dtype too
+            x = self.trainer.precision_plugin.convert_input(x)
+        return x, y

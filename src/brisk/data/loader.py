@@ -3,6 +3,10 @@
 There is no per-sample __getitem__ and no collate: one index_select per batch. Under DDP it
 shards each epoch itself, so it needs no DistributedSampler: every rank draws the same
 permutation (seeded by the run seed and the epoch) and takes a disjoint strided slice of it.
+
+It is stateful: Lightning saves `state_dict()` (how far into which epoch) in every checkpoint and,
+when it resumes mid-epoch, calls `load_state_dict()` before iterating, so the resumed epoch yields
+exactly the batches the interrupted one had not reached yet.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ class TensorBatchLoader:
         self.images, self.labels = images, labels
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.rank, self.world_size, self.seed, self.epoch_fn = rank, world_size, seed, epoch_fn
+        # Position in the current epoch's order. Lightning reads the batch count straight after a batch
+        # is trained on (it does not prefetch loaders that have a length), so it counts consumed batches.
+        self._epoch, self._yielded = 0, 0
+        self._resume_at: tuple[int, int] | None = None
 
     def _shard_size(self) -> int:
         n = len(self.labels)
@@ -53,8 +61,24 @@ class TensorBatchLoader:
             order = order[: (n // self.world_size) * self.world_size]
         return order[self.rank :: self.world_size]
 
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self._epoch, "batches": self._yielded}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Make the next iteration start where the saved one stopped (if it is the same epoch)."""
+        self._resume_at = (int(state["epoch"]), int(state["batches"]))
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        order = self.indices(self.epoch_fn())
-        for i in range(len(self)):
+        # A generator: the epoch is read at the first batch, not at iter(). On resume Lightning calls
+        # iter() before it has moved its epoch counter past a checkpoint taken at the end of an epoch.
+        epoch, start = self.epoch_fn(), 0
+        if self._resume_at is not None:
+            if self._resume_at[0] == epoch:
+                start = self._resume_at[1]
+            self._resume_at = None
+        self._epoch, self._yielded = epoch, start
+        order = self.indices(epoch)
+        for i in range(start, len(self)):
             idx = order[i * self.batch_size : (i + 1) * self.batch_size]
+            self._yielded = i + 1
             yield self.images.index_select(0, idx), self.labels.index_select(0, idx)

@@ -56,8 +56,13 @@ class ImageClassifier(L.LightningModule):
         if compile:
             self.net.compile()  # in place: state_dict keys stay the same as without compile
         # keyed "<stage>_acc": a ModuleDict key "train" would clash with nn.Module.train
-        self.acc = torch.nn.ModuleDict({f"{s}_acc": MulticlassAccuracy(num_classes, average="micro") for s in STAGES})
+        # validate_args=False: the check calls torch.unique on the labels, a host sync on every step on a GPU.
+        self.acc = torch.nn.ModuleDict(
+            {f"{s}_acc": MulticlassAccuracy(num_classes, average="micro", validate_args=False) for s in STAGES}
+        )
         self.val_acc_best = MaxMetric()
+        # In the checkpoint, so a resumed run reports the best over all epochs, not only the resumed ones.
+        self.val_acc_best.persistent(True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -66,12 +71,13 @@ class ImageClassifier(L.LightningModule):
         x, y = batch
         logits = self(x)
         loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
-        acc = self.acc[f"{stage}_acc"]
-        acc(logits, y)
-        # Tensors, not floats: Lightning reduces them on the device and only syncs when it writes logs.
-        self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, sync_dist=stage != "train")
-        self.log(f"{stage}/acc", acc, on_step=False, on_epoch=True, prog_bar=stage == "val")
-        if stage == "train" and self.hparams.l1:
+        # update, not forward: forward also computes this batch's accuracy, which nothing reads. The metric is
+        # logged once per epoch (log_epoch): each self.log costs ~0.25 ms of Python per step on a CPU.
+        self.acc[f"{stage}_acc"].update(logits, y)
+        # A tensor, not a float: Lightning reduces it on the device and only syncs when it writes logs.
+        train = stage == "train"
+        self.log(f"{stage}/loss", loss, on_step=train, on_epoch=True, sync_dist=not train, batch_size=len(y))
+        if train and self.hparams.l1:
             loss = loss + self.hparams.l1 * sum(p.abs().sum() for p in self.net.parameters() if p.ndim > 1)
         return loss
 
@@ -84,10 +90,17 @@ class ImageClassifier(L.LightningModule):
     def test_step(self, batch, batch_idx: int) -> None:
         self.step(batch, "test")
 
-    def on_train_start(self) -> None:
-        self.val_acc_best.reset()  # forget the sanity check's accuracy
+    def log_epoch(self, stage: str) -> None:
+        self.log(f"{stage}/acc", self.acc[f"{stage}_acc"], prog_bar=stage == "val")
+
+    def on_train_epoch_end(self) -> None:
+        self.log_epoch("train")
+
+    def on_test_epoch_end(self) -> None:
+        self.log_epoch("test")
 
     def on_validation_epoch_end(self) -> None:
+        self.log_epoch("val")
         if not self.trainer.sanity_checking:
             self.val_acc_best(self.acc["val_acc"].compute())
             self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)

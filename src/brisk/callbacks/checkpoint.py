@@ -1,0 +1,34 @@
+"""LastCheckpoint: last.ckpt at every epoch end and, optionally, every N optimizer steps in between.
+
+Lightning's ModelCheckpoint takes `every_n_epochs` or `every_n_train_steps`, not both. Steps alone
+leave last.ckpt behind the end of training (unless N divides the run), and a step checkpoint on an
+epoch's last batch is written before that epoch's validation: resumed from it, lightning 2.6.6
+counts the epoch as finished and never validates it, so the resumed run is not the original one.
+This one keeps the epoch-end write and adds step writes that skip an epoch's last batch.
+"""
+
+from __future__ import annotations
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+
+class LastCheckpoint(ModelCheckpoint):
+    def __init__(self, *args, every_n_train_steps: int | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if every_n_train_steps is not None and every_n_train_steps < 0:
+            raise ValueError(f"every_n_train_steps={every_n_train_steps} must be >= 0")
+        self.step_interval = every_n_train_steps or 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if (
+            not self.step_interval
+            or trainer.global_step % self.step_interval
+            or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch  # the epoch-end write follows
+            or self._should_skip_saving_checkpoint(trainer)  # e.g. already saved at this step
+        ):
+            return
+        # what ModelCheckpoint itself does for its every_n_train_steps
+        candidates = self._monitor_candidates(trainer)
+        self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)

@@ -1,0 +1,90 @@
+"""Checkpoint files: never half-written, and never able to run code when loaded.
+
+lightning 2.6.6's TorchCheckpointIO writes a temporary file in the system temp folder and moves
+it over the target. That move is a rename only when the temp folder and the checkpoints share a
+filesystem; otherwise (/tmp on tmpfs, checkpoints on a scratch or network disk) it copies over the
+target in place, and a run killed during the copy leaves a truncated last.ckpt. It also never
+fsyncs, and a killed write leaves a checkpoint-sized file in /tmp. SafeCheckpointIO writes the
+temporary file beside the target, fsyncs it and renames it: a reader sees the old checkpoint or
+the new one, never a mix. Loading always uses weights_only=True.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from brisk.errors import BriskError
+
+
+@contextlib.contextmanager
+def readable(path: str | os.PathLike) -> Iterator[None]:
+    """Turn torch.load's failures on `path` into one BriskError that names the file and the fix.
+
+    Only torch.load's own errors are translated; anything else (a bug, out of memory) passes unchanged.
+    """
+    try:
+        yield
+    except FileNotFoundError:
+        raise BriskError(f"ckpt_path={path}: no such file. Pass the path of a .ckpt brisk wrote.") from None
+    except OSError as e:  # a truncated archive makes torch's zip reader fail with EINVAL
+        raise BriskError(
+            f"{path}: cannot be read as a checkpoint ({e.strerror or e}): it is truncated, corrupt or unreadable. "
+            "Resume from another checkpoint in the same folder, or start the run again."
+        ) from None
+    except (pickle.UnpicklingError, EOFError, RuntimeError) as e:
+        text = str(e)
+        if payload := re.search(r"Unsupported global: GLOBAL (\S+)", text):
+            raise BriskError(
+                f"{path}: refused to load: it holds a Python object ({payload.group(1)}) that loading would run "
+                "as code. brisk checkpoints hold only tensors and plain containers and load with "
+                "weights_only=True. Use a checkpoint written by brisk-train, and do not load this file."
+            ) from None
+        if isinstance(e, RuntimeError) and "PytorchStreamReader" not in text:
+            raise
+        raise BriskError(
+            f"{path}: not a readable checkpoint: it is truncated or corrupt ({type(e).__name__}). "
+            "Resume from another checkpoint in the same folder, or start the run again."
+        ) from None
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        if storage_options is not None or not _is_local_file_protocol(path):
+            # remote filesystems have no atomic rename to rely on: keep Lightning's behaviour there
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One fixed temporary name per target: a write cut short by SIGKILL is overwritten by the next one.
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())  # the bytes are on disk before the name points at them
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        with contextlib.suppress(OSError):  # make the rename itself durable; some filesystems cannot
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+    def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None) -> dict:
+        # Always weights_only=True, whatever the caller passes: a checkpoint is data, never code.
+        with readable(path):
+            if map_location is None:
+                return super().load_checkpoint(path, weights_only=True)
+            return super().load_checkpoint(path, map_location=map_location, weights_only=True)

@@ -1,0 +1,176 @@
+"""Config checks that run before any data is read or any process is started.
+
+Each check names the key at fault and the fix. The builder calls `validate` first thing, so a bad
+value costs a second, not a dataset load, a DDP launch, or a crash deep inside Lightning.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, ListConfig
+
+from brisk.errors import BriskError
+
+PRECISIONS = (
+    "auto",
+    "32",
+    "32-true",
+    "64",
+    "64-true",
+    "16-mixed",
+    "bf16-mixed",
+    "16-true",
+    "bf16-true",
+    "transformer-engine",
+)
+# ckpt_path values that Lightning resolves itself rather than reading as a file name.
+CKPT_KEYWORDS = ("last", "hpc")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise BriskError for the first bad value in a composed train or eval config."""
+    trainer = cfg.trainer
+    precision(trainer.precision)
+    if "accumulate_grad_batches" in trainer:
+        accumulation(trainer.accumulate_grad_batches, cfg.get("callbacks"))
+    if cfg.get("optimizer") is not None:
+        learning_rate(cfg.optimizer)
+    hardware(trainer)
+    world = device_count(trainer) * num_nodes(trainer)
+    batch_split(cfg.data, world)
+    checkpoint(cfg.get("ckpt_path"))
+
+
+def precision(value) -> None:
+    if str(value) not in PRECISIONS:
+        raise BriskError(
+            f"trainer.precision={value} is unknown. Choose one of: {', '.join(PRECISIONS)} (e.g. precision=bf16-mixed)."
+        )
+
+
+def accumulation(value, callbacks: DictConfig | None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BriskError(
+            f"trainer.accumulate_grad_batches={value} (the accumulation group) must be a whole number >= 1. "
+            "Use accumulation=1 for none, or accumulation=2|4|8."
+        )
+    schedule = ((callbacks or {}).get("accumulation") or {}).get("scheduling") or {}
+    for epoch, factor in schedule.items():
+        if not isinstance(factor, int) or factor < 1:
+            raise BriskError(
+                f"callbacks.accumulation.scheduling.{epoch}={factor} must be a whole number >= 1 (batches per step)."
+            )
+
+
+def learning_rate(optimizer: DictConfig) -> None:
+    lr = optimizer.get("lr")
+    if lr is not None and (not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0):
+        raise BriskError(f"optimizer.lr={lr} must be a positive number, e.g. optimizer.lr=0.05.")
+
+
+def _accelerator(trainer: DictConfig) -> str:
+    accelerator = str(trainer.accelerator)
+    if accelerator == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if accelerator == "gpu" else accelerator
+
+
+def hardware(trainer: DictConfig) -> None:
+    """Stop if the config asks for hardware that is not here."""
+    accelerator, strategy = str(trainer.accelerator), trainer.strategy
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise BriskError(
+            f"trainer.accelerator={accelerator} but no CUDA GPU is visible. "
+            "Use trainer=cpu or trainer.accelerator=auto."
+        )
+    if trainer.get("sync_batchnorm") and _accelerator(trainer) != "cuda":
+        raise BriskError(
+            "trainer.sync_batchnorm=true needs CUDA GPUs (SyncBatchNorm has no CPU kernel). "
+            "Drop it on CPU: see the README's BatchNorm notes."
+        )
+    name = str(strategy.get("_target_", "") if isinstance(strategy, DictConfig) else strategy).lower()
+    if ("fsdp" in name or "deepspeed" in name) and _accelerator(trainer) != "cuda":
+        raise BriskError(
+            f"trainer.strategy={strategy} needs CUDA GPUs, and none are available here. "
+            "Use strategy=ddp (or ddp_spawn) on CPU."
+        )
+
+
+def _requested(devices, available: int, accelerator: str) -> int:
+    """How many devices `trainer.devices` asks for, in the forms Lightning accepts; checked against `available`."""
+    if isinstance(devices, str) and devices.strip() == "auto":
+        return available if accelerator == "cuda" else 1
+    if isinstance(devices, str) and "," in devices:
+        devices = [int(d) for d in devices.split(",") if d.strip()]
+    if isinstance(devices, (list, tuple, ListConfig)):
+        if accelerator == "cpu":
+            raise BriskError(f"trainer.devices={list(devices)}: on CPU give a number of processes, e.g. 2.")
+        ids = [int(d) for d in devices]
+        if any(i < 0 or i >= available for i in ids):
+            raise BriskError(
+                f"trainer.devices={list(ids)}: this machine has {available} {accelerator} device(s), "
+                f"numbered 0..{available - 1}."
+            )
+        return len(ids)
+    try:
+        n = int(devices)
+    except (TypeError, ValueError):
+        raise BriskError(f"trainer.devices={devices} is not a number, a list of ids, or auto.") from None
+    if n == -1 and accelerator == "cuda":
+        return available
+    if n < 1:
+        raise BriskError(f"trainer.devices={devices} must be >= 1 (or auto).")
+    if n > available:
+        unit = "CUDA GPUs" if accelerator == "cuda" else "CPU cores"
+        raise BriskError(
+            f"trainer.devices={n} but this machine has {available} {unit}. Use trainer.devices={available} or fewer."
+        )
+    return n
+
+
+def device_count(trainer: DictConfig) -> int:
+    """Devices per node; 1 for accelerators brisk does not count (Lightning checks those itself)."""
+    accelerator = _accelerator(trainer)
+    if accelerator == "cuda":
+        return _requested(trainer.devices, torch.cuda.device_count(), accelerator)
+    if accelerator == "cpu":
+        # more processes than cores only time-slice the same cores
+        return _requested(trainer.devices, len(os.sched_getaffinity(0)), accelerator)
+    return 1
+
+
+def num_nodes(trainer: DictConfig) -> int:
+    nodes = trainer.get("num_nodes", 1)
+    if not isinstance(nodes, int) or nodes < 1:
+        raise BriskError(f"trainer.num_nodes={nodes} must be a whole number >= 1.")
+    return nodes
+
+
+def batch_split(data: DictConfig, world: int) -> None:
+    """The global batches are split evenly across all processes (devices x nodes)."""
+    for key in ("batch_size", "eval_batch_size"):
+        size = data.get(key)
+        if size is None:
+            continue
+        if not isinstance(size, int) or size < 1:
+            raise BriskError(f"data.{key}={size} must be a whole number >= 1.")
+        if size % world:
+            lower, upper = size // world * world, -(-size // world) * world
+            nearest = f"{lower} or {upper}" if lower else str(upper)
+            raise BriskError(
+                f"data.{key}={size} (the global batch) does not split across {world} processes "
+                f"(trainer.devices x trainer.num_nodes). Use a multiple of {world}, e.g. data.{key}={nearest}."
+            )
+
+
+def checkpoint(ckpt_path) -> None:
+    if ckpt_path is None or str(ckpt_path) in CKPT_KEYWORDS:
+        return
+    if not Path(str(ckpt_path)).is_file():
+        raise BriskError(
+            f"ckpt_path={ckpt_path}: no such file. Pass the path of a .ckpt (e.g. <run>/checkpoints/last.ckpt), "
+            "or ckpt_path=last together with hydra.run.dir=<run>."
+        )

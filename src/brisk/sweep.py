@@ -1,0 +1,46 @@
+"""sweep_summary.csv: one row per job of a multirun, whatever happened to it.
+
+Hydra's basic sweeper runs every job of a batch even when one fails, then re-raises the first
+failure, so the sweep exits non-zero. This callback records each job as it ends, so the table is
+complete (and readable mid-sweep) even then.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+FIELDS = ["job", "status", "metric", "value", "run_dir", "overrides", "error"]
+
+
+class SweepSummary(Callback):
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if config.hydra.mode != RunMode.MULTIRUN:
+            return
+        failed = job_return.status != JobStatus.COMPLETED
+        value = None if failed else job_return.return_value
+        row = {
+            "job": config.hydra.job.num,
+            "status": "failed" if failed else "completed",
+            "metric": config.get("optimized_metric"),
+            "value": "" if value is None else value,
+            "run_dir": config.hydra.runtime.output_dir,
+            "overrides": " ".join(job_return.overrides or []),
+            "error": f"{type(job_return._return_value).__name__}: {job_return._return_value}" if failed else "",
+        }
+        path = Path(config.hydra.sweep.dir) / "sweep_summary.csv"
+        rows = list(csv.DictReader(path.open())) if path.is_file() else []
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows([*rows, row])
+        tmp = path.with_suffix(".csv.tmp")  # rewrite whole and rename: never a half-written table
+        tmp.write_text(buf.getvalue())
+        tmp.replace(path)

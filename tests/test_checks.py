@@ -1,0 +1,108 @@
+"""A bad config stops in the builder, before any data is read or process started, naming the key and the fix."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from brisk import checks
+from brisk.builder import build_trainer
+from brisk.errors import BriskError
+from conftest import TINY, compose_cfg, run_cli
+from test_bad_data import assert_user_error
+
+CORES = len(os.sched_getaffinity(0))
+
+BAD = {
+    # overrides: (what the message must say, ...)
+    "batch_not_divisible": (
+        ["strategy=ddp", "trainer.devices=2", "data.batch_size=101"],
+        ["data.batch_size=101", "does not split across 2 processes", "data.batch_size=100 or 102"],
+    ),
+    "eval_batch_not_divisible": (
+        ["strategy=ddp", "trainer.devices=2", "+data.eval_batch_size=99"],
+        ["data.eval_batch_size=99", "2 processes"],
+    ),
+    "batch_not_divisible_across_nodes": (
+        ["trainer.num_nodes=3", "data.batch_size=100"],
+        ["data.batch_size=100", "3 processes", "trainer.devices x trainer.num_nodes"],
+    ),
+    "accumulation_zero": (["trainer.accumulate_grad_batches=0"], ["trainer.accumulate_grad_batches=0", ">= 1"]),
+    "accumulation_schedule": (
+        ["accumulation=schedule", "callbacks.accumulation.scheduling={0:1,4:0}"],
+        ["callbacks.accumulation.scheduling.4=0"],
+    ),
+    "lr_zero": (["optimizer.lr=0"], ["optimizer.lr=0", "positive"]),
+    "lr_negative": (["optimizer.lr=-0.1"], ["optimizer.lr=-0.1", "positive"]),
+    "unknown_precision": (["trainer.precision=17"], ["trainer.precision=17 is unknown", "bf16-mixed"]),
+    "fsdp_without_cuda": (["strategy=fsdp"], ["trainer.strategy=fsdp needs CUDA", "strategy=ddp"]),
+    "deepspeed_without_cuda": (["strategy=deepspeed"], ["trainer.strategy=deepspeed needs CUDA"]),
+    "missing_checkpoint": (["ckpt_path=/nonexistent/last.ckpt"], ["ckpt_path=/nonexistent/last.ckpt: no such file"]),
+    "more_cpu_devices_than_cores": (
+        [f"trainer.devices={CORES + 1}", f"data.batch_size={100 * (CORES + 1)}"],
+        [f"trainer.devices={CORES + 1}", f"{CORES} CPU cores"],
+    ),
+    "zero_devices": (["trainer.devices=0"], ["trainer.devices=0 must be >= 1"]),
+    "device_ids_on_cpu": (["trainer.devices=[0,1]"], ["trainer.devices=[0, 1]: on CPU give a number"]),
+}
+if not torch.cuda.is_available():
+    BAD["gpu_without_cuda"] = (["trainer.accelerator=gpu"], ["trainer.accelerator=gpu but no CUDA GPU"])
+    BAD["sync_batchnorm_on_cpu"] = (["+trainer.sync_batchnorm=true"], ["trainer.sync_batchnorm=true needs CUDA"])
+else:
+    n = torch.cuda.device_count()
+    BAD["more_gpus_than_exist"] = (
+        ["trainer.accelerator=gpu", f"trainer.devices={n + 1}"],
+        [f"trainer.devices={n + 1}", f"{n} CUDA GPUs"],
+    )
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_config_names_the_key(case, tmp_path):
+    overrides, needles = BAD[case]
+    cfg = compose_cfg([*TINY, *overrides], tmp_path)
+    with pytest.raises(BriskError) as error:
+        build_trainer(cfg)
+    for needle in needles:
+        assert needle in str(error.value)
+    assert not (tmp_path / "data").exists()
+
+
+def test_good_configs_pass(tmp_path):
+    # checks.validate alone: build_trainer would really start the second rank of the ddp case.
+    for overrides in (
+        [],
+        ["strategy=ddp", "trainer.devices=2", "data.batch_size=100"] if CORES >= 2 else [],
+        ["trainer.num_nodes=2", "data.batch_size=100"],
+        ["ckpt_path=last"],
+        ["trainer.devices=auto"],
+        ["accumulation=schedule"],
+    ):
+        checks.validate(compose_cfg([*TINY, *overrides], tmp_path))
+
+
+def test_stops_before_data_or_processes(tmp_path, brisk_root):
+    # data=cifar10 in an empty folder: had brisk got as far as the data, it would have tried to download.
+    # strategy=ddp with 2 devices: had it got as far as the launch, it would have started a second rank.
+    data_root = tmp_path / "data"
+    args = [
+        "data=cifar10",
+        f"data.root={data_root}",
+        "trainer.accelerator=cpu",
+        "strategy=ddp",
+        "trainer.devices=2",
+        "data.batch_size=101",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    proc = run_cli("train", args, brisk_root, check=False, timeout=60)
+    assert_user_error(proc, "data.batch_size=101")
+    assert not data_root.exists()
+    assert "MEMBER" not in proc.stdout + proc.stderr  # Lightning's line when the process group forms
+    assert sorted(p.name for p in (tmp_path / "run").glob("*.log")) == ["train.log"]  # no rank-1 log
+
+
+def test_eval_missing_checkpoint(brisk_root):
+    args = ["data=synthetic", "trainer=cpu", "ckpt_path=/nonexistent.ckpt"]
+    proc = run_cli("evaluate", args, brisk_root, check=False)
+    assert_user_error(proc, "ckpt_path=/nonexistent.ckpt: no such file")

@@ -1,0 +1,142 @@
+"""DDP under brisk-train: single runs, sweeps, torchrun, simulated multi-node, SLURM detection.
+
+All real multi-process DDP over gloo on the CPU. Every test checks that no process it started is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+from brisk.cli import CONFIG_PATH
+from conftest import SLURM_ENV, TINY, read_summary, run_cli, run_dir_of
+
+DDP = ["strategy=ddp", "trainer.devices=2", "trainer.max_epochs=1", "callbacks.progress_bar=null"]
+
+
+@pytest.fixture
+def root(project: Path) -> Path:
+    return project
+
+
+def run_dirs(root: Path) -> list[Path]:
+    return sorted(p.parent for p in (root / "logs").rglob(".hydra"))
+
+
+def test_single_run_has_one_directory_and_global_metrics(root):
+    proc = run_cli("train", [*TINY, *DDP], root)
+    run_dir = run_dir_of(proc)
+    assert run_dirs(root) == [run_dir]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best-epoch000.ckpt", "last.ckpt"]
+    s = read_summary(run_dir)
+    assert s["world_size"] == 2 and s["per_device_batch"] == 50 and s["global_batch"] == 100
+    assert s["distributed"]["cluster_environment"] == "LightningEnvironment"
+    assert (run_dir / "train_rank1.log").is_file(), "rank 1 logs beside rank 0, in the same directory"
+    # Global metrics: the test accuracy logged by the 2-rank run is the one a single process computes
+    # on the whole test split with the same checkpoint (each rank tested half of it).
+    data = [o for o in TINY if o.startswith("data")]
+    single = run_cli("evaluate", [*data, f"ckpt_path={s['ckpt_path']}", "trainer.accelerator=cpu"], root)
+    single_acc = json.loads((run_dir_of(single) / "eval.json").read_text())["metrics"]["test/acc"]
+    assert s["metrics"]["test/acc"] == pytest.approx(single_acc, abs=1e-6)
+
+
+def test_sweep_runs_each_job_once_with_its_ranks(root):
+    proc = run_cli("train", ["-m", *TINY, *DDP, "optimizer.lr=0.01,0.02"], root)
+    dirs = run_dirs(root)
+    assert len(dirs) == 2 and {d.name for d in dirs} == {"0", "1"} and dirs[0].parent == dirs[1].parent
+    assert not (root / "logs" / "train" / "runs").exists(), "a rank ran as a separate run"
+    lrs = []
+    for d in dirs:
+        s = read_summary(d)
+        assert s["world_size"] == 2
+        lrs.append(next(o for o in s["overrides"] if o.startswith("optimizer.lr")))
+        assert (d / "train_rank1.log").is_file()
+    assert lrs == ["optimizer.lr=0.01", "optimizer.lr=0.02"]
+    assert proc.stdout.count("Launching 2 jobs locally") == 1, "the sweep ran more than once"
+
+
+def test_ddp_spawn_in_a_sweep(root):
+    spawn = ["strategy=ddp_spawn", *DDP[1:]]
+    run_cli("train", ["-m", *TINY, *spawn, "optimizer.lr=0.01,0.02"], root)
+    dirs = run_dirs(root)
+    assert len(dirs) == 2 and all(read_summary(d)["world_size"] == 2 for d in dirs)
+
+
+def _torchrun(root: Path, args: list[str], *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "BRISK_ROOT": str(root), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", *extra, "-m", "brisk.train", *TINY, *args]
+    return subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 180) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def test_torchrun_ranks_share_one_run_directory(root):
+    out = _finish(_torchrun(root, DDP, "--nproc_per_node=2"))
+    (run_dir,) = run_dirs(root)
+    assert str(run_dir) in out
+    assert read_summary(run_dir)["world_size"] == 2
+    assert read_summary(run_dir)["distributed"]["cluster_environment"] == "TorchElasticEnvironment"
+    assert sorted(p.name for p in run_dir.glob("*.log")) == ["train.log"], "both ranks log into the same folder"
+
+
+def test_two_nodes_on_one_machine(root):
+    """Two torchrun invocations, one process each, rendezvous on 127.0.0.1: world size 2."""
+    port = str(find_free_network_port())
+    run_dir = root / "logs" / "two-nodes"
+    args = [*DDP[:1], "trainer.devices=1", "trainer.num_nodes=2", *DDP[2:], f"hydra.run.dir={run_dir}"]
+    common = ["--nnodes=2", "--nproc_per_node=1", "--master_addr=127.0.0.1", f"--master_port={port}"]
+    nodes = [_torchrun(root, args, *common, f"--node_rank={rank}") for rank in (0, 1)]
+    outs = [_finish(p) for p in nodes]
+    s = read_summary(run_dir)
+    assert s["world_size"] == 2 and s["distributed"]["num_nodes"] == 2
+    assert str(run_dir) in outs[0]
+
+
+def test_slurm_job_is_detected_and_a_requeue_resumes(root):
+    env = {**os.environ, **SLURM_ENV}
+    args = [*TINY, "scheduler=none", "callbacks.progress_bar=null"]
+    first = run_dir_of(run_cli("train", [*args, "trainer.max_epochs=1"], root, env=env))
+    assert first == (root / "logs" / "train" / "runs" / "slurm-4242").resolve()
+    s = read_summary(first)
+    assert s["distributed"]["cluster_environment"] == "SLURMEnvironment"
+    # The requeued job has the same id, finds its directory and resumes from last.ckpt.
+    env["SLURM_RESTART_COUNT"] = "1"
+    proc = run_cli("train", [*args, "trainer.max_epochs=2"], root, env=env)
+    assert run_dir_of(proc) == first
+    assert read_summary(first)["global_step"] == 2 * 15
+    assert "resuming from" in proc.stdout + proc.stderr
+
+
+def test_slurm_launcher_config_composes():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    with initialize_config_dir(config_dir=CONFIG_PATH, version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=["hydra/launcher=slurm", "trainer.devices=4", "trainer.num_nodes=2"],
+            return_hydra_config=True,
+        )
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert (launcher.tasks_per_node, launcher.gpus_per_node, launcher.nodes) == (4, 4, 2)
+
+
+def test_sbatch_script_is_valid_bash():
+    script = Path(__file__).parents[1] / "scripts" / "slurm" / "train.sbatch"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text()
+    assert "srun" in text and "--signal=SIGUSR1@" in text and "--requeue" in text

@@ -1,0 +1,36 @@
+"""Sweeps: a failing job is recorded and the sweep goes on; runs started together never share a directory."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+from conftest import TINY, read_summary, run_cli
+
+
+def test_failed_job_is_recorded_and_the_sweep_goes_on(project):
+    # val_size=99999 is larger than the train split: that job stops with a BriskError in setup.
+    proc = run_cli(
+        "train",
+        ["-m", *TINY, "trainer.max_epochs=1", "callbacks.progress_bar=null", "data.val_size=99999,500"],
+        project,
+        check=False,
+    )
+    assert proc.returncode != 0, "a sweep with a failed job must exit non-zero"
+    (table,) = (project / "logs").rglob("sweep_summary.csv")
+    rows = list(csv.DictReader(table.open()))
+    assert [r["status"] for r in rows] == ["failed", "completed"]
+    assert "data.val_size=99999" in rows[0]["overrides"] and "val_size" in rows[0]["error"]
+    assert rows[1]["metric"] == "val/acc_best" and 0 < float(rows[1]["value"]) <= 1
+    assert float(rows[1]["value"]) == read_summary(table.parent / "1")["metrics"]["val/acc_best"]
+
+
+def test_runs_started_in_the_same_second_get_different_directories(project):
+    cmd = [sys.executable, "-m", "brisk.train", *TINY, "debug=fdr", "callbacks.progress_bar=null"]
+    env = {"BRISK_ROOT": str(project), "PATH": "/usr/bin:/bin"}
+    procs = [subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    dirs = [p.communicate(timeout=120)[0].strip().splitlines()[-1] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert dirs[0] != dirs[1]
+    assert len(list((project / "logs" / "train" / "runs").iterdir())) == 2
