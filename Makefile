@@ -28,6 +28,13 @@ test: $(VENV)/.dev  ## the test suite (CPU, under ~10 minutes on 2 cores)
 test-all: $(VENV)/.dev  ## also the tests marked slow
 	$(BIN)/pytest -q -m '' $(ARGS)
 
+$(VENV)/.plots: $(BIN)/brisk-train
+	$(BIN)/pip install -q -e '.[plots]'
+	@touch $@
+
+bench: $(VENV)/.plots  ## the speed lab: tables and plots in logs/bench/ (ARGS=preset=quick: under 3 minutes)
+	$(BIN)/brisk-bench $(ARGS)
+
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests

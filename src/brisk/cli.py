@@ -69,3 +69,16 @@ def hydra_entry(hydra_main):
         hydra_main()
 
     return entry
+
+
+def entry_point(config_name: str):
+    """The decorator of every console script: Hydra with conf/<config_name>.yaml, numeric group options quoted,
+    user errors as one line."""
+
+    def wrap(task):
+        import hydra
+
+        hydra_main = hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name=config_name)
+        return hydra_entry(hydra_main(user_errors(task)))
+
+    return wrap

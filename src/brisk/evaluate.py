@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hydra
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
@@ -12,7 +11,7 @@ from omegaconf import DictConfig
 from brisk import summary as run_summary
 from brisk.builder import build_datamodule, build_trainer
 from brisk.checkpoint_io import readable
-from brisk.cli import CONFIG_PATH, hydra_entry, user_errors
+from brisk.cli import entry_point
 from brisk.models import ImageClassifier
 
 
@@ -32,9 +31,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     return metrics
 
 
-@hydra_entry
-@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="eval")
-@user_errors
+@entry_point("eval")
 def main(cfg: DictConfig) -> None:
     evaluate(cfg)
 

@@ -6,7 +6,6 @@ import logging
 import time
 from pathlib import Path
 
-import hydra
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
@@ -14,7 +13,7 @@ from omegaconf import DictConfig
 from brisk import distributed
 from brisk import summary as run_summary
 from brisk.builder import build, resolve_precision
-from brisk.cli import CONFIG_PATH, hydra_entry, user_errors
+from brisk.cli import entry_point
 
 log = logging.getLogger("brisk")
 
@@ -75,9 +74,7 @@ def train(cfg: DictConfig) -> float | None:
     return value
 
 
-@hydra_entry
-@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
-@user_errors
+@entry_point("train")
 def main(cfg: DictConfig) -> float | None:
     return train(cfg)
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The speed lab on a GPU machine, in under 8 minutes: bench.json, bench.md and PNG plots in one folder.
+#
+#   scripts/gpu_bench.sh [OUT] [more brisk-bench overrides...]
+#
+# OUT defaults to logs/gpu_bench/<date>_<time>. It sets up .venv if brisk or matplotlib is missing,
+# then runs `brisk-bench preset=gpu` (conf/preset/gpu.yaml) on generated data of CIFAR-10's shapes:
+# the input pipeline, brisk vs a plain loop, airbench's net at batch 1024 in fp16/bf16 next to the
+# ~154k images/s of airbench94, and the lever sweep. With several GPUs it adds 1 vs all GPUs.
+# The lab stops at LIMIT seconds (default 420); bench.json is rewritten after each part, so what
+# finished is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${1:-logs/gpu_bench/$(date +%Y-%m-%d_%H-%M-%S)}
+shift || true
+LIMIT=${LIMIT:-420}
+PY=${PY:-python3}
+
+if ! .venv/bin/python -c "import brisk.bench, matplotlib" 2>/dev/null; then
+    [ -x .venv/bin/python ] || "$PY" -m venv .venv
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -e '.[plots]'
+fi
+
+GPUS=$(.venv/bin/python -c "import torch; print(torch.cuda.device_count())")
+if [ "$GPUS" -lt 1 ]; then
+    echo "gpu_bench: no CUDA GPU is visible to torch; nothing to measure." >&2
+    exit 1
+fi
+mkdir -p "$OUT"
+{ nvidia-smi || true; } > "$OUT/nvidia-smi.txt" 2>&1
+
+ARGS=(preset=gpu "hydra.run.dir=$OUT")
+if [ "$GPUS" -gt 1 ]; then
+    # 1 GPU vs all of them: the devices lever with this machine's count (conf/bench.yaml has 1 vs 2).
+    RUN=$(.venv/bin/python - <<'PY'
+from hydra import compose, initialize_config_dir
+from brisk.cli import CONFIG_PATH
+with initialize_config_dir(config_dir=CONFIG_PATH, version_base="1.3"):
+    print(",".join(compose(config_name="bench", overrides=["preset=gpu"]).bench.run))
+PY
+)
+    ARGS+=("bench.run=[$RUN,devices]" "~bench.levers.devices.values.2"
+           "+bench.levers.devices.values.$GPUS=['trainer.devices=$GPUS','strategy=ddp']")
+fi
+
+status=0
+timeout --signal=INT --kill-after=30 "$LIMIT" .venv/bin/brisk-bench "${ARGS[@]}" "$@" || status=$?
+if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    echo "gpu_bench: stopped at LIMIT=${LIMIT}s; $OUT/bench.json holds the parts that finished." >&2
+elif [ "$status" -ne 0 ]; then
+    echo "gpu_bench: brisk-bench failed (exit $status); see $OUT/bench.log." >&2
+    exit "$status"
+fi
+echo "$OUT"

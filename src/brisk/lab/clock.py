@@ -1,0 +1,111 @@
+"""Timing a run of training steps: uncounted warm-up steps, then a measured window.
+
+The device is synchronised only at the window's edges (and after the first step, whose time is
+reported separately because it holds lazy initialisation and torch.compile). A sync per step would
+itself be the kind of per-step overhead the lab is looking for.
+"""
+
+from __future__ import annotations
+
+import time
+
+import lightning as L
+import torch
+
+from brisk.errors import BriskError
+from brisk.lab.memory import PeakMemory
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Window:
+    """Call `start()` before the first step and `tick(images)` after each; `tick` says when to stop."""
+
+    def __init__(self, warmup: int, steps: int, device: torch.device) -> None:
+        self.warmup, self.steps, self.device = warmup, steps, device
+        self.count = self.images = 0
+        self.first_step_s: float | None = None
+        self._t_start = self._t0 = self._t1 = 0.0
+
+    def _now(self) -> float:
+        sync(self.device)
+        return time.perf_counter()
+
+    def start(self) -> None:
+        self._t_start = self._t0 = self._now()
+
+    def tick(self, images: int) -> bool:
+        self.count += 1
+        if self.count == 1:
+            self.first_step_s = self._now() - self._t_start
+        if self.count == self.warmup:
+            self._t0 = self._now()
+        elif self.count > self.warmup:
+            self.images += images
+            if self.count == self.warmup + self.steps:
+                self._t1 = self._now()
+        return self.count >= self.warmup + self.steps
+
+    def result(self) -> dict[str, float]:
+        measured = min(self.count, self.warmup + self.steps) - self.warmup
+        if measured <= 0:
+            raise BriskError(
+                f"the lab timed {self.count} step(s) but needs more than warmup={self.warmup}: "
+                "lower bench.*.warmup, or raise trainer.max_epochs / the data size."
+            )
+        if self.count < self.warmup + self.steps:  # training ended early: measure what ran
+            self._t1 = self._now()
+        seconds = self._t1 - self._t0
+        return {
+            "images_per_sec": self.images / seconds,
+            "batch_s": seconds / measured,
+            "first_step_s": self.first_step_s,
+            "loop_s": self._t1 - self._t_start,
+            "batches": measured,
+        }
+
+
+class StepClock(L.Callback):
+    """A Window over a Lightning fit. It stops the fit when the window is full, so the lab never
+    changes the config it measures (limit_train_batches stays free for the data-scale lever).
+
+    After fit, `result` holds the window, the last step's loss and the peak memory (summed over ranks).
+    """
+
+    def __init__(self, warmup: int = 2, steps: int = 5) -> None:
+        self.warmup, self.steps = warmup, steps
+        self.result: dict[str, float] = {}
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.memory = PeakMemory(trainer.strategy.root_device)
+        self.memory.reset()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.window = Window(self.warmup, self.steps, trainer.strategy.root_device)
+        self._loss: torch.Tensor | None = None
+        self.window.start()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is not None:
+            self._loss = loss.detach()  # read once at the end, not per step
+        if self.window.tick(len(batch[1]) * trainer.world_size):
+            trainer.should_stop = True
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        memory = self.memory.read()
+        if trainer.world_size > 1:  # every rank's process counts
+            device = trainer.strategy.root_device
+            memory = {
+                k: float(trainer.strategy.reduce(torch.tensor(v, device=device), reduce_op="sum"))
+                for k, v in memory.items()
+            }
+        self.result = {
+            **self.window.result(),
+            "loss": float(self._loss) if self._loss is not None else float("nan"),
+            **memory,
+            "memory": self.memory.kind,
+        }

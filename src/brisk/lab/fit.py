@@ -1,0 +1,56 @@
+"""One measured brisk fit: the Trainer, DataModule and model that brisk-train builds, plus a StepClock."""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import lightning as L
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from brisk.builder import build
+from brisk.lab.clock import StepClock
+
+
+class DataCache:
+    """DataModules by data config: fits that read the same split share it (reading CIFAR-10 takes ~1 s)."""
+
+    def __init__(self) -> None:
+        self._modules: dict[str, L.LightningDataModule] = {}
+
+    def get(self, data_cfg: DictConfig, fresh: L.LightningDataModule) -> L.LightningDataModule:
+        return self._modules.setdefault(OmegaConf.to_yaml(data_cfg, resolve=True), fresh)
+
+
+def with_clock(cfg: DictConfig, warmup: int, steps: int) -> DictConfig:
+    """The config with the lab's clock among its callbacks, so the builder makes it like any other."""
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        if cfg.get("callbacks") is None:
+            cfg.callbacks = {}
+        cfg.callbacks.lab_clock = {"_target_": f"{StepClock.__module__}.StepClock", "warmup": warmup, "steps": steps}
+    return cfg
+
+
+def measure_fit(cfg: DictConfig, warmup: int, steps: int, data: DataCache | None = None) -> dict:
+    """Fit until the clock has `warmup` + `steps` batches; return the clock's figures and the fit's setup."""
+    cfg = with_clock(cfg, warmup, steps)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    trainer, datamodule, model, _ = build(cfg)
+    if data is not None:
+        datamodule = data.get(cfg.data, datamodule)
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=datamodule)
+    fit_s = time.perf_counter() - start
+    clock = next(c for c in trainer.callbacks if isinstance(c, StepClock))
+    result = dict(clock.result)
+    per_epoch = trainer.num_training_batches  # after limit_train_batches: the data-scale lever shows here
+    result.update(
+        fit_s=fit_s,
+        fixed_s=fit_s - result["loop_s"],  # Lightning's setup and teardown around the steps
+        epoch_batches=per_epoch,
+        epoch_s=per_epoch * result["batch_s"],
+        precision=trainer.precision,
+        world_size=trainer.world_size,
+    )
+    return result

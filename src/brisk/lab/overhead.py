@@ -1,0 +1,39 @@
+"""Framework overhead: a brisk fit against a plain PyTorch loop doing the same work, interleaved."""
+
+from __future__ import annotations
+
+import math
+
+from omegaconf import DictConfig
+
+from brisk.lab.fit import DataCache, measure_fit
+from brisk.lab.plain import plain_loop
+from brisk.lab.stats import in_turn, median, paired_ratio, spread
+
+
+def compare(cfg: DictConfig, warmup: int, steps: int, rounds: int, data: DataCache) -> dict:
+    """Both sides start from the same seed, so after the same steps they should hold the same loss."""
+    brisk, plain = [], []
+    for r in range(rounds):
+        sides = [(brisk, measure_fit), (plain, plain_loop)]
+        for results, run in in_turn(sides, r):
+            results.append(run(cfg, warmup, steps, data))
+    fast = [r["images_per_sec"] for r in brisk]
+    bare = [r["images_per_sec"] for r in plain]
+    loss_brisk, loss_plain = brisk[0]["loss"], plain[0]["loss"]
+    return {
+        "batch_size": cfg.data.batch_size,
+        "precision": brisk[0]["precision"],
+        "steps": warmup + steps,
+        "plain_images_per_sec": median(bare),
+        "brisk_images_per_sec": median(fast),
+        "ratio": paired_ratio(fast, bare),
+        # What brisk adds to each step, in time: noise at big batches, the framework's cost at tiny ones.
+        "extra_ms_per_step": 1e3 * (median([r["batch_s"] for r in brisk]) - median([r["batch_s"] for r in plain])),
+        "spread": max(spread(fast), spread(bare)),
+        "brisk_fixed_s": median([r["fixed_s"] for r in brisk]),
+        "loss_plain": loss_plain,
+        "loss_brisk": loss_brisk,
+        "same_loss": math.isclose(loss_brisk, loss_plain, rel_tol=1e-4, abs_tol=1e-6),
+        "rounds": {"brisk": brisk, "plain": plain},
+    }

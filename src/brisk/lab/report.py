@@ -1,0 +1,124 @@
+"""bench.md: the lab's results as Markdown tables, one per part."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _n(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return ""
+    return f"{value:,.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
+    ]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def pipeline(p: dict[str, Any]) -> str:
+    aug = ", ".join(f"{k}={v}" for k, v in p["augment"].items())
+    head = (
+        f"### Input pipeline\n\n{p['images']:,} images, batch {p['batch_size']}, augment {aug} + normalize, "
+        f"delivered as float batches on {p['device']}; median of {len(p['rounds']['brisk'])} interleaved passes.\n"
+    )
+    rows = [
+        [f"classic: PIL per sample, {p['workers']} DataLoader workers", _n(p["classic_images_per_sec"]), "1.0x"],
+        ["brisk: uint8 tensor, batched ops", _n(p["brisk_images_per_sec"]), f"**{p['ratio']:.1f}x**"],
+    ]
+    return head + "\n" + _table(["pipeline", "images/s", "vs classic"], rows)
+
+
+def overhead(o: dict[str, dict]) -> str:
+    any_model = next(iter(o.values()))
+    head = (
+        f"### Framework overhead\n\nA brisk fit (Lightning Trainer with brisk's callbacks, logger and progress bar) "
+        f"against a plain PyTorch loop doing the same work; {any_model['steps']} steps from the same seed, "
+        f"images/s over the steps after the warm-up, median of {len(any_model['rounds']['brisk'])} "
+        "interleaved rounds.\n"
+    )
+    rows = [
+        [
+            model,
+            str(r["batch_size"]),
+            r["precision"],
+            _n(r["plain_images_per_sec"]),
+            _n(r["brisk_images_per_sec"]),
+            f"**{r['ratio']:.3f}**",
+            _n(r["extra_ms_per_step"], 1),
+            f"{r['loss_plain']:.6f} / {r['loss_brisk']:.6f}" + ("" if r["same_loss"] else " (differ)"),
+            _n(r["brisk_fixed_s"], 1),
+        ]
+        for model, r in o.items()
+    ]
+    header = [
+        "model",
+        "batch",
+        "precision",
+        "plain images/s",
+        "brisk images/s",
+        "brisk / plain",
+        "extra ms/step",
+        "loss plain / brisk",
+        "fit setup s",
+    ]
+    return head + "\n" + _table(header, rows)
+
+
+def fit(r: dict[str, Any], base: str) -> str:
+    head = f"### One fit\n\n{base}; {r['batches']} batches timed after the warm-up, {r['world_size']} process(es).\n"
+    header = [
+        "images/s",
+        "ms/batch",
+        "epoch s",
+        f"{r['memory']} MB",
+        "added MB",
+        "first step s",
+        "fit setup s",
+        "last loss",
+    ]
+    cells = [
+        _n(r["images_per_sec"]),
+        _n(r["batch_s"] * 1e3, 1),
+        _n(r["epoch_s"], 1),
+        _n(r["peak_mb"]),
+        _n(r["added_mb"]),
+    ]
+    cells += [_n(r["first_step_s"], 2), _n(r["fixed_s"], 1), f"{r['loss']:.4f}"]
+    return head + "\n" + _table(header, [cells])
+
+
+def _varies(rows: list[dict], key: str) -> bool:
+    return len({round(r.get(key) or 0, 6) for r in rows}) > 1
+
+
+def lever(name: str, result: dict, base: str) -> str:
+    rows = result["rows"]
+    memory = rows[0]["memory"]
+    header = [name, "images/s", "ms/batch", "epoch s", f"{memory} MB", "added MB", "speed"]
+    extra = [k for k in ("params", "gflops_per_image") if _varies(rows, k)]
+    extra += ["compile_s"] if any("compile_s" in r for r in rows) else []
+    titles = {"params": "params (M)", "gflops_per_image": "GFLOPs/image (fwd)", "compile_s": "compile s"}
+    header += [titles[k] for k in extra]
+    first = rows[0]["images_per_sec"]
+    table = []
+    for r in rows:
+        cells = [r["label"], _n(r["images_per_sec"]), _n(r["batch_s"] * 1e3, 1), _n(r["epoch_s"], 1)]
+        cells += [_n(r["peak_mb"]), _n(r["added_mb"])]
+        cells.append(f"{r['images_per_sec'] / first:.2f}x")
+        for k in extra:
+            value = r.get(k)
+            cells.append(_n(value / 1e6 if k == "params" and value else value, 2))
+        table.append(cells)
+    if "reference" in result:
+        ref = result["reference"]
+        table.append([f"*{ref['label']}*", f"*{_n(ref['images_per_sec'])}*", *([""] * (len(header) - 2))])
+    rounds = result["rounds"]
+    timed = f"{result['batches']} batches timed after the warm-up" + (
+        f", median of {rounds} rounds" if rounds > 1 else ""
+    )
+    head = f"### Lever: {name}\n\nBase: {base}. {timed}; epoch s = batches per epoch x s/batch.\n"
+    return head + "\n" + _table(header, table)

@@ -1,0 +1,175 @@
+"""The speed lab at tiny sizes: it runs, compares like with like, and writes well-formed outputs.
+
+No speed is asserted here: timings are the lab's output, not a test's. What is tested is what the
+figures rest on: both pipelines do the same work, the plain loop and the brisk fit reach the same
+loss, the clock counts only the measured steps, the memory reading sees an allocation, and the
+CLI writes bench.json, bench.md and a PNG per part.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf, open_dict
+
+from brisk.data import augment as aug
+from brisk.errors import BriskError
+from brisk.lab import levers, pipeline
+from brisk.lab.clock import Window
+from brisk.lab.fit import DataCache, measure_fit
+from brisk.lab.memory import PeakMemory
+from brisk.lab.plain import plain_loop
+from brisk.lab.run import plan
+from conftest import TINY, compose_cfg, run_cli, run_dir_of
+
+
+def _windows(padded: torch.Tensor, size: int) -> list[torch.Tensor]:
+    span = padded.shape[-1] - size + 1
+    return [padded[:, dy : dy + size, dx : dx + size] for dy in range(span) for dx in range(span)]
+
+
+def test_crop_with_flip_gives_translated_or_mirrored_windows():
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
+    y = aug.random_crop(x, pad=4, flip=True)
+    padded = F.pad(x, (4, 4, 4, 4))
+    mirrored = 0
+    for i in range(len(x)):
+        windows = _windows(padded[i], 32)
+        plain = any(torch.equal(w, y[i]) for w in windows)
+        flipped = any(torch.equal(w.flip(2), y[i]) for w in windows)
+        assert plain or flipped, f"image {i} is neither a window of its padded original nor a mirrored one"
+        mirrored += flipped and not plain
+    assert 10 < mirrored < 54, f"{mirrored} of 64 mirrored; about half should be"
+
+
+def test_normalize_matches_the_classic_totensor_normalize():
+    """The pipeline comparison is fair only if both sides produce the same tensors from the same image."""
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (8, 3, 32, 32), dtype=torch.uint8)
+    classic = pipeline.ClassicCIFAR(x, torch.zeros(8, dtype=torch.long), pipeline.classic_transform(0, False))
+    expected = torch.stack([classic[i][0] for i in range(len(x))])
+    assert torch.allclose(aug.normalize(x), expected, atol=1e-5)
+    assert torch.equal(torch.from_numpy(classic.data).permute(0, 3, 1, 2), x), "HWC, as torchvision keeps CIFAR"
+
+
+def test_window_times_only_the_steps_after_the_warmup():
+    window = Window(warmup=2, steps=3, device=torch.device("cpu"))
+    window.start()
+    done = []
+    for step in range(5):
+        time.sleep(0.05 if step == 0 else 0.01)  # a slow first step, as with lazy init or compile
+        done.append(window.tick(images=10))
+    assert done == [False, False, False, False, True]
+    r = window.result()
+    assert r["batches"] == 3 and r["images_per_sec"] == pytest.approx(30 / (3 * r["batch_s"]))
+    assert r["first_step_s"] >= 0.05 > r["batch_s"] >= 0.01
+
+
+def test_peak_memory_sees_an_allocation_and_forgets_it_after_reset():
+    memory = PeakMemory(torch.device("cpu"))
+    memory.reset()
+    block = torch.ones(200 * 2**20, dtype=torch.uint8)  # 200 MB, touched
+    del block
+    assert memory.read()["added_mb"] > 150
+    memory.reset()
+    assert memory.read()["added_mb"] < 100
+
+
+@pytest.fixture(scope="module")
+def tiny_bench(brisk_root):
+    cfg = compose_cfg([*TINY, "callbacks.progress_bar=null"], brisk_root, config_name="bench")
+    return cfg
+
+
+def test_plain_loop_and_brisk_fit_reach_the_same_loss(tiny_bench):
+    data = DataCache()
+    brisk = measure_fit(tiny_bench, warmup=1, steps=4, data=data)
+    plain = plain_loop(tiny_bench, warmup=1, steps=4, data=data)
+    assert brisk["batches"] == plain["batches"] == 4
+    assert brisk["images_per_sec"] > 0 and plain["images_per_sec"] > 0
+    assert brisk["loss"] == pytest.approx(plain["loss"], rel=1e-5), "same seed, same batches, same steps"
+    assert brisk["epoch_batches"] == 15 and brisk["peak_mb"] > brisk["added_mb"] > 0
+
+
+def test_plain_loop_refuses_what_it_cannot_replicate(tiny_bench):
+    cfg = tiny_bench.copy()
+    with open_dict(cfg):
+        cfg.trainer.accumulate_grad_batches = 2
+    with pytest.raises(BriskError, match="accumulate_grad_batches"):
+        plain_loop(cfg, warmup=1, steps=1)
+
+
+def test_bad_bench_settings_are_refused_naming_the_key(tiny_bench):
+    cfg = tiny_bench.copy()
+    with open_dict(cfg):
+        cfg.bench.run = ["pipeline", "nope"]
+    with pytest.raises(BriskError, match=r"bench.run: unknown part 'nope'.*batch_size"):
+        plan(cfg)
+    with open_dict(cfg):
+        cfg.bench.run = ["fit"]
+        cfg.bench.sweep.steps = 0
+    with pytest.raises(BriskError, match=r"bench.sweep.steps=0"):
+        plan(cfg)
+    with pytest.raises(BriskError, match=r"bench.levers.odd needs `key`"):
+        levers.plan("odd", OmegaConf.create({"key": "data.batch_size"}))
+
+
+@pytest.mark.parametrize("preset", [None, "quick", "gpu"])
+def test_every_lever_value_of_every_preset_composes(preset, brisk_root):
+    """A typo in a preset's overrides would only show when that lever runs; compose them all here."""
+    tiny = [o for o in TINY if not o.startswith("model.net")]  # the model lever changes the net
+    base = [*tiny, f"preset={preset}"] if preset else tiny
+    bench = compose_cfg(base, brisk_root, config_name="bench").bench
+    assert set(bench.run) <= {"pipeline", "overhead", "fit", *bench.levers}
+    for name, spec in bench.levers.items():
+        for label, overrides in levers.settings(name, spec):
+            cfg = compose_cfg([*base, *overrides], brisk_root, config_name="bench")
+            assert label and cfg.data.batch_size > 0, f"{name}={label}"
+    for model in bench.overhead.models:
+        compose_cfg([*base, f"model={model}", *bench.overhead.overrides], brisk_root, config_name="bench")
+
+
+def test_cli_writes_json_table_and_plots(brisk_root):
+    # A lever of its own, run in a child process like the devices lever, to cover that path too.
+    child = "+bench.levers.child={subprocess: true, key: data.batch_size, values: [50]}"
+    args = [
+        *TINY,
+        "bench.run=[pipeline,overhead,batch_size,child]",
+        "bench.rounds=1",
+        "bench.overhead.models=[simple_cnn]",
+        "bench.overhead.overrides=[]",
+        "bench.overhead.steps=2",
+        "bench.overhead.warmup=1",
+        "bench.sweep.steps=2",
+        "bench.sweep.warmup=1",
+        "bench.levers.batch_size.values=[50,100]",
+        child,
+    ]
+    proc = run_cli("bench", args, brisk_root)
+    run_dir = run_dir_of(proc)
+    result = json.loads((run_dir / "bench.json").read_text())
+    parts = result["parts"]
+    assert set(parts) == {"pipeline", "overhead", "batch_size", "child"}
+    p = parts["pipeline"]
+    assert p["images"] == 1500 and p["ratio"] == pytest.approx(p["brisk_images_per_sec"] / p["classic_images_per_sec"])
+    o = parts["overhead"]["simple_cnn"]
+    assert o["same_loss"] and o["batch_size"] == 100 and o["plain_images_per_sec"] > 0 and "extra_ms_per_step" in o
+    rows = parts["batch_size"]["rows"]
+    assert [r["label"] for r in rows] == ["50", "100"] and [r["batch_size"] for r in rows] == [50, 100]
+    assert [r["epoch_batches"] for r in rows] == [30, 15]  # 1,500 training images
+    assert parts["child"]["rows"][0]["images_per_sec"] > 0
+    assert (run_dir / "levers" / "child" / "50-0" / "bench.json").is_file()
+    table = (run_dir / "bench.md").read_text()
+    assert "| classic: PIL per sample, 2 DataLoader workers |" in table and "| 100 |" in table
+    assert table.strip() in proc.stdout
+    sections = ["### Input pipeline", "### Framework overhead", "### Lever: batch_size", "### Lever: child"]
+    assert [table.index(s) for s in sections] == sorted(table.index(s) for s in sections), "in the order of bench.run"
+    for name in parts:
+        png = (run_dir / f"{name}.png").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 5000
+    assert result["machine"]["cpu_count"] >= 1 and result["command"].startswith("brisk-bench data=synthetic")
