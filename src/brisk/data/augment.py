@@ -20,7 +20,7 @@ def random_crop(x: torch.Tensor, pad: int, flip: bool = False) -> torch.Tensor:
     The whole batch is one `index_select` of image rows: every output row (image, channel, y) is
     `w` contiguous bytes of the padded batch, so a sliding view over the flat buffer holds every
     possible row and a start index picks one. Mirrored crops read a mirrored copy of the padded batch.
-    On 2 CPU cores, batch 512, crop + flip: 0.5 ms instead of 10 ms for nine index_put per axis.
+    Crop + flip of a batch of 512 on one CPU thread: 1.0 ms, against 6.2 ms for 2 x 9 index_put by offset.
     """
     if pad <= 0:
         return random_flip(x) if flip else x
@@ -83,7 +83,7 @@ _AFFINE: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor
 
 
 def normalize(x: torch.Tensor, dtype: torch.dtype = torch.float32, channels_last: bool = False) -> torch.Tensor:
-    # In place on the converted copy: one new tensor instead of three (0.9 ms instead of 3.8 ms at batch 512 on CPU).
+    # In place on the converted copy: one new tensor, not three (batch 512, one CPU thread: 0.8 ms, was 1.8-4.5 ms).
     scale, shift = _affine(x.device, dtype)
     x = x.to(dtype, copy=True).mul_(scale).add_(shift)
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x
