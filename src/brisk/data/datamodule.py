@@ -51,6 +51,9 @@ class CIFAR10DataModule(L.LightningDataModule):
         augment, synthetic = _plain(augment) or {}, _plain(synthetic)
         self.save_hyperparameters()
         self.splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        # The run's seed (brisk-train seeds before building), the same on every rank: it orders each epoch,
+        # so the ranks' strided shards of one permutation are disjoint.
+        self.order_seed = torch.initial_seed()
 
     @property
     def folder(self) -> Path:
@@ -84,6 +87,10 @@ class CIFAR10DataModule(L.LightningDataModule):
         return global_batch // self.world_size
 
     def setup(self, stage: str | None = None) -> None:
+        if stage == "fit" and self.world_size > 1:
+            # Every rank was seeded alike; without this they would draw the same crops and flips for
+            # their different images. (A resumed run then restores each rank's saved generators.)
+            torch.manual_seed(self.order_seed + self.trainer.global_rank)
         if self.trainer is not None and self.hparams.channels_last:
             self.trainer.lightning_module.to(memory_format=torch.channels_last)
         if stage in ("fit", "validate", None) and "train" not in self.splits:
@@ -111,7 +118,7 @@ class CIFAR10DataModule(L.LightningDataModule):
             drop_last=train,
             rank=trainer.global_rank if trainer is not None else 0,
             world_size=self.world_size,
-            seed=torch.initial_seed(),  # the run's seed, so the order is reproducible and shared by all ranks
+            seed=self.order_seed,
             epoch_fn=lambda: trainer.current_epoch if trainer is not None else 0,
         )
 
