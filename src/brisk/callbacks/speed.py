@@ -12,9 +12,10 @@ import lightning as L
 import torch
 
 
-def _sync(trainer: L.Trainer) -> None:
-    if trainer.strategy.root_device.type == "cuda":
-        torch.cuda.synchronize()
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a host clock reading includes it (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class SpeedMeter(L.Callback):
@@ -25,12 +26,12 @@ class SpeedMeter(L.Callback):
         self._epoch_images = 0
 
     def _start(self, trainer: L.Trainer) -> None:
-        _sync(trainer)
+        sync(trainer.strategy.root_device)
         self._t0 = time.perf_counter()
 
     def _stop(self, trainer: L.Trainer) -> None:
         if self._t0 is not None:
-            _sync(trainer)
+            sync(trainer.strategy.root_device)
             self.seconds += time.perf_counter() - self._t0
             self._t0 = None
 

@@ -6,17 +6,13 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from omegaconf import DictConfig, OmegaConf
 
+from brisk.containers import plain
 from brisk.data import augment as aug
 from brisk.data import cifar_files as cf
 from brisk.data import synthetic as syn
 from brisk.data.loader import TensorBatchLoader
 from brisk.errors import BriskError
-
-
-def _plain(value):
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
 
 
 class CIFAR10DataModule(L.LightningDataModule):
@@ -48,7 +44,7 @@ class CIFAR10DataModule(L.LightningDataModule):
         synthetic: dict | None = None,
     ) -> None:
         super().__init__()
-        augment, synthetic = _plain(augment) or {}, _plain(synthetic)
+        augment, synthetic = plain(augment) or {}, plain(synthetic)
         self.save_hyperparameters()
         self.splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         # The run's seed (brisk-train seeds before building), the same on every rank: it orders each epoch,

@@ -12,13 +12,9 @@ import time
 import lightning as L
 import torch
 
+from brisk.callbacks.speed import sync
 from brisk.errors import BriskError
 from brisk.lab.memory import PeakMemory
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class Window:

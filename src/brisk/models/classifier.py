@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import lightning as L
 import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
 from torchmetrics import MaxMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from brisk.containers import plain
 from brisk.models import schedules
 
 STAGES = ("train", "val", "test")
-
-
-def _plain(value: Any) -> Any:
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
 
 
 class ImageClassifier(L.LightningModule):
@@ -50,7 +44,7 @@ class ImageClassifier(L.LightningModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        net, optimizer, scheduler = _plain(net), _plain(optimizer), _plain(scheduler)
+        net, optimizer, scheduler = plain(net), plain(optimizer), plain(scheduler)
         self.save_hyperparameters()
         self.net = instantiate(net)
         if compile:
