@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import torch
-from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from brisk.errors import BriskError
@@ -59,7 +59,7 @@ def readable(path: str | os.PathLike) -> Iterator[None]:
 
 class SafeCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        if storage_options is not None or not _is_local_file_protocol(path):
+        if storage_options is not None or fsspec.utils.get_protocol(str(path)) != "file":
             # remote filesystems have no atomic rename to rely on: keep Lightning's behaviour there
             return super().save_checkpoint(checkpoint, path, storage_options)
         path = Path(path)

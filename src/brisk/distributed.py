@@ -25,7 +25,8 @@ import lightning as L
 import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
-from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+
+from brisk import compat
 
 log = logging.getLogger("brisk")
 
@@ -150,7 +151,7 @@ def needs_launch(trainer: L.Trainer) -> bool:
     """True where Lightning would re-execute argv to start the other ranks of this node."""
     strategy = trainer.strategy
     return (
-        isinstance(strategy.launcher, _SubprocessScriptLauncher)
+        compat.is_script_launcher(strategy.launcher)
         and strategy.launcher.num_processes > 1
         and not strategy.cluster_environment.creates_processes_externally  # torchrun, SLURM, or brisk's own ranks
     )

@@ -17,6 +17,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from brisk import compat
+
 FIELDS = ["job", "status", "metric", "value", "run_dir", "overrides", "error"]
 
 
@@ -33,7 +35,7 @@ class SweepSummary(Callback):
             "value": "" if value is None else value,
             "run_dir": config.hydra.runtime.output_dir,
             "overrides": " ".join(job_return.overrides or []),
-            "error": f"{type(job_return._return_value).__name__}: {job_return._return_value}" if failed else "",
+            "error": f"{type(compat.job_error(job_return)).__name__}: {compat.job_error(job_return)}" if failed else "",
         }
         path = Path(config.hydra.sweep.dir) / "sweep_summary.csv"
         rows = list(csv.DictReader(path.open())) if path.is_file() else []

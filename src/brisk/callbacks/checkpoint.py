@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from brisk import compat
+
 
 class LastCheckpoint(ModelCheckpoint):
     def __init__(self, *args, every_n_train_steps: int | None = None, **kwargs) -> None:
@@ -25,10 +27,6 @@ class LastCheckpoint(ModelCheckpoint):
             not self.step_interval
             or trainer.global_step % self.step_interval
             or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch  # the epoch-end write follows
-            or self._should_skip_saving_checkpoint(trainer)  # e.g. already saved at this step
         ):
             return
-        # what ModelCheckpoint itself does for its every_n_train_steps
-        candidates = self._monitor_candidates(trainer)
-        self._save_topk_checkpoint(trainer, candidates)
-        self._save_last_checkpoint(trainer, candidates)
+        compat.save_now(self, trainer)

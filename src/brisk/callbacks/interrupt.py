@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from brisk import compat
 from brisk.errors import BriskError
 
 EXIT_STATUS = 128 + signal.SIGTERM
@@ -26,10 +27,10 @@ EXIT_STATUS = 128 + signal.SIGTERM
 def checkpoint_path(trainer: L.Trainer) -> Path:
     """Where the interrupted state goes: where the next run looks for it first."""
     # The environment Lightning's signal connector consults (single-device strategies have none of their own).
-    env = trainer._accelerator_connector.cluster_environment
+    env = compat.cluster_environment(trainer)
     if isinstance(env, SLURMEnvironment) and env.auto_requeue:
         # A requeued SLURM job (ckpt_path unset) resumes from the newest hpc_ckpt_N.ckpt in its run directory.
-        return Path(trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir))
+        return Path(compat.hpc_save_path(trainer))
     # Otherwise last.ckpt of the unmonitored ModelCheckpoint, which `ckpt_path=last` finds.
     for cb in trainer.checkpoint_callbacks:
         if isinstance(cb, ModelCheckpoint) and cb.monitor is None and cb.dirpath:

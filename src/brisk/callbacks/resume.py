@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
+from brisk import compat
+
 
 def collect() -> dict[str, Any]:
     """This process's generators, as tensors and plain containers: checkpoints load with weights_only=True,
@@ -66,8 +68,7 @@ class ResumeState(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # The loader has been iter()'d but has not drawn a batch: it reads its position at the first one.
         # A no-op when Lightning did apply it (the list is then empty) or when not resuming mid-epoch.
-        if trainer.fit_loop._combined_loader_states_to_load:
-            trainer.fit_loop._load_combined_loader_states()
+        compat.apply_pending_loader_state(trainer)
         # RNGs are restored here, not when loaded: building the model and the loaders draw numbers in
         # between. Nothing draws from here to the first training batch (the sanity check runs in isolate_rng).
         if self._pending is None:

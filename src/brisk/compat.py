@@ -1,0 +1,104 @@
+"""Every use of a private Lightning or Hydra API, in one place.
+
+Checked on lightning 2.6.6 and hydra-core 1.3.8 (pyproject pins lightning <2.7 and hydra-core <1.4).
+Each entry says why no public API does the job. `missing()` lists the names that have gone, and
+tests/test_compat.py fails with that list, so a version bump that breaks one is caught at once
+rather than deep inside a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+from hydra.core.utils import JobReturn
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loops import _FitLoop
+from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
+from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+
+CHECKED_ON = {"lightning": "2.6.6", "hydra-core": "1.3.8"}
+
+
+def is_script_launcher(launcher: Any) -> bool:
+    """Whether Lightning would start this node's other ranks by re-executing sys.argv.
+
+    No public attribute says how a strategy's launcher starts processes; brisk replaces exactly this
+    launcher (see brisk.distributed), so it must recognise it by type.
+    """
+    return isinstance(launcher, _SubprocessScriptLauncher)
+
+
+def cluster_environment(trainer: L.Trainer) -> Any:
+    """The environment Lightning's signal connector consults. Single-device strategies have no public
+    `cluster_environment`; the Trainer's connector always has one."""
+    return trainer._accelerator_connector.cluster_environment
+
+
+def hpc_save_path(trainer: L.Trainer) -> str:
+    """The next hpc_ckpt_N.ckpt, the file a requeued SLURM job resumes from by itself. Lightning computes
+    the name only in its checkpoint connector."""
+    return trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)
+
+
+def apply_pending_loader_state(trainer: L.Trainer) -> None:
+    """Apply the train loader's saved position if Lightning left it pending (see brisk.callbacks.resume).
+
+    Lightning restores it only when it builds the loader after loading the loop state; there is no
+    public call to apply it later.
+    """
+    loop = trainer.fit_loop
+    if loop._combined_loader_states_to_load:
+        loop._load_combined_loader_states()
+
+
+def save_now(callback: ModelCheckpoint, trainer: L.Trainer) -> None:
+    """What ModelCheckpoint does at its own every_n_train_steps: its top-k and its last file, unless it already
+    saved at this step. The public hooks only save on Lightning's own schedule (see LastCheckpoint)."""
+    if callback._should_skip_saving_checkpoint(trainer):
+        return
+    candidates = callback._monitor_candidates(trainer)
+    callback._save_topk_checkpoint(trainer, candidates)
+    callback._save_last_checkpoint(trainer, candidates)
+
+
+def job_error(job_return: JobReturn) -> BaseException | Any:
+    """The exception a failed Hydra job raised. The public `return_value` re-raises it and writes a line to
+    stderr, which would print every failure twice in a sweep."""
+    return job_return._return_value
+
+
+# (owner, attribute) for each private name above: what `missing()` checks.
+_USED = [
+    (_AcceleratorConnector, "cluster_environment"),
+    (_CheckpointConnector, "hpc_save_path"),
+    (_FitLoop, "_combined_loader_states_to_load"),
+    (_FitLoop, "_load_combined_loader_states"),
+    (ModelCheckpoint, "_should_skip_saving_checkpoint"),
+    (ModelCheckpoint, "_monitor_candidates"),
+    (ModelCheckpoint, "_save_topk_checkpoint"),
+    (ModelCheckpoint, "_save_last_checkpoint"),
+    (L.Trainer, "_accelerator_connector"),
+    (L.Trainer, "_checkpoint_connector"),
+]
+
+
+def missing() -> list[str]:
+    """The private names brisk relies on that this Lightning/Hydra no longer has. Instance attributes are
+    looked for on the objects of a freshly built Trainer."""
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
+    instances = {
+        L.Trainer: trainer,
+        _FitLoop: trainer.fit_loop,
+        _AcceleratorConnector: getattr(trainer, "_accelerator_connector", None),
+        _CheckpointConnector: getattr(trainer, "_checkpoint_connector", None),
+    }
+    gone = [
+        f"{owner.__module__}.{owner.__qualname__}.{name}"
+        for owner, name in _USED
+        if not hasattr(owner, name) and not hasattr(instances.get(owner), name)
+    ]
+    if "_return_value" not in JobReturn.__dataclass_fields__:
+        gone.append("hydra.core.utils.JobReturn._return_value")
+    return gone
