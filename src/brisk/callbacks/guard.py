@@ -55,8 +55,9 @@ class DivergenceGuard(L.Callback):
         if not self._agree(trainer, not _all_finite(_saved_tensors(trainer, pl_module))):
             return
         raise Diverged(
-            f"training diverged: the weights, buffers or optimizer state hold NaN or Inf at global step "
-            f"{trainer.global_step} (epoch {trainer.current_epoch}), so no checkpoint was written. {self._advice(trainer)}"
+            "training diverged: the weights, buffers or optimizer state hold NaN or Inf at global step "
+            f"{trainer.global_step} (epoch {trainer.current_epoch}), so no checkpoint was written. "
+            f"{self._advice(trainer)}"
         )
 
     def check(self, trainer: L.Trainer) -> None:
