@@ -159,6 +159,60 @@ def test_checkpoint_without_its_run_rebuilds_from_hparams(finished_run, tmp_path
     assert all(torch.equal(v, want[k]) for k, v in model.state_dict().items())
 
 
+def _break_config(run: Path, text: str) -> None:
+    (run / ".hydra" / "config.yaml").write_text(text)
+
+
+def _drop_model(run: Path) -> None:
+    saved = OmegaConf.load(run / ".hydra" / "config.yaml")
+    del saved["model"]
+    OmegaConf.save(saved, run / ".hydra" / "config.yaml")
+
+
+def _no_state_dict(run: Path) -> None:
+    ckpt = run / "checkpoints" / "last.ckpt"
+    torch.save({k: v for k, v in torch.load(ckpt, weights_only=True).items() if k != "state_dict"}, ckpt)
+
+
+def _other_weights(run: Path) -> None:
+    ckpt = run / "checkpoints" / "last.ckpt"
+    real = torch.load(ckpt, weights_only=True)
+    torch.save({**real, "state_dict": {"net.0.weight": torch.zeros(4, 3, 3, 3)}}, ckpt)
+
+
+def _env_target(run: Path) -> None:
+    saved = OmegaConf.load(run / ".hydra" / "config.yaml")
+    saved.model.net._target_ = "${oc.env:BRISK_EVIL_TARGET,builtins.exec}"
+    OmegaConf.save(saved, run / ".hydra" / "config.yaml")
+
+
+DAMAGED = {
+    # what is done to a copy of a finished run: what the one error line must say
+    "config_not_yaml": (lambda run: _break_config(run, "model: [unclosed\n"), "cannot be read as a run config"),
+    "config_a_list": (lambda run: _break_config(run, "- 1\n- 2\n"), "not a run config"),
+    "config_without_model": (_drop_model, "names no model.net"),
+    "checkpoint_without_weights": (_no_state_dict, "holds no state_dict"),
+    "weights_of_another_net": (_other_weights, "its weights do not fit model.net=brisk.models.nets.SimpleCNN"),
+    "target_from_an_interpolation": (_env_target, "refused model.net._target_=builtins.exec"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGED, ids=list(DAMAGED))
+def test_a_damaged_run_is_one_clear_error(case, finished_run, tmp_path, brisk_root):
+    from brisk import restore
+
+    damage, says = DAMAGED[case]
+    run = tmp_path / "run"
+    shutil.copytree(finished_run / ".hydra", run / ".hydra")
+    shutil.copytree(finished_run / "checkpoints", run / "checkpoints")
+    damage(run)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    cfg = compose_cfg([*EVAL, f"ckpt_path={ckpt}"], brisk_root, config_name="eval")
+    with pytest.raises(BriskError) as refused:
+        restore.load_model(restore.with_run_config(cfg, ckpt), ckpt)
+    assert says in str(refused.value) and "\n" not in str(refused.value)
+
+
 # -- no checkpoint with a non-finite tensor ---------------------------------------------------------------------
 
 

@@ -57,6 +57,11 @@ def run_dir_of(ckpt_path: str | Path) -> Path:
     return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
 
 
+def _first_line(e: Exception) -> str:
+    """An exception as one line: OmegaConf's messages add lines of context."""
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+
+
 def run_config(ckpt_path: str | Path) -> DictConfig | None:
     """The saved config of the run that wrote `ckpt_path` (<run>/.hydra/config.yaml), read as data; None if absent.
 
@@ -67,7 +72,7 @@ def run_config(ckpt_path: str | Path) -> DictConfig | None:
     try:
         cfg = OmegaConf.load(path)  # yaml's safe loader: plain values only
     except (OSError, yaml.YAMLError, OmegaConfBaseException) as e:
-        raise BriskError(f"{path}: cannot be read as a run config ({type(e).__name__}: {e}).") from None
+        raise BriskError(f"{path}: cannot be read as a run config ({_first_line(e)}).") from None
     if not isinstance(cfg, DictConfig):
         raise BriskError(f"{path}: not a run config (a mapping of config keys). Restore it from the run, or delete it.")
     return cfg
@@ -138,7 +143,7 @@ def _section(saved: DictConfig, key: str, source: str) -> Any:
     try:
         return OmegaConf.to_container(saved[key], resolve=True) if key in saved else None
     except OmegaConfBaseException as e:
-        raise BriskError(f"{source}: {key} cannot be resolved ({type(e).__name__}: {e}).") from None
+        raise BriskError(f"{source}: {key} cannot be resolved ({_first_line(e)}).") from None
 
 
 def _override_key(override: str) -> str:
@@ -178,6 +183,10 @@ def with_run_config(cfg: DictConfig, ckpt_path: str | Path, overrides: Iterable[
             run_dir_of(ckpt_path) / ".hydra" / "config.yaml",
             OmegaConf.select(cfg, "data._target_"),
         )
+    if not isinstance(sections.get("model"), dict) or "net" not in sections["model"]:
+        raise BriskError(
+            f"{source}: names no model.net, so there is no model to rebuild. Use a brisk-train run's files."
+        )
     check_targets(sections, source, trusted=cfg)
     merged = copy.deepcopy(cfg)
     with open_dict(merged):
@@ -207,10 +216,10 @@ def load_model(cfg: DictConfig, ckpt_path: str | Path) -> L.LightningModule:
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
-        first = str(e).splitlines()[1].strip() if "\n" in str(e) else str(e)
+        first = (str(e).splitlines()[1:] or [str(e)])[0].strip()  # the first mismatch, under a heading line
         raise BriskError(
             f"{ckpt_path}: its weights do not fit model.net={OmegaConf.select(cfg, 'model.net._target_')} "
-            f"({first}). Evaluate it with the model its run trained."
+            f"({first[:300]}). Evaluate it with the model its run trained."
         ) from None
     model.on_load_checkpoint(checkpoint)  # what load_from_checkpoint would call, with data only
     return model.eval()
