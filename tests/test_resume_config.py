@@ -43,6 +43,22 @@ def test_a_change_the_checkpoint_cannot_continue_is_refused_up_front(case, finis
     assert not (run / "checkpoints").exists() and not (run / "csv").exists()  # refused before anything was built
 
 
+def test_crafted_hparams_in_a_resumed_checkpoint_are_only_compared(finished_run, tmp_path, brisk_root, capsys):
+    # Lightning's fit(ckpt_path=...) never builds from hyperparameters; brisk's check reads them as data.
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    run = tmp_path / "run"
+    shutil.copytree(finished_run / ".hydra", run / ".hydra")
+    real = torch.load(finished_run / "checkpoints" / "last.ckpt", weights_only=True)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir()
+    crafted = {"_target_": "builtins.open", "_args_": [str(victim), "w"]}
+    torch.save({**real, "hyper_parameters": {**real["hyper_parameters"], "net": crafted}}, ckpt)
+    status = main_in_process("train", [*FINISHED, "trainer.max_epochs=2", f"ckpt_path={ckpt}"], brisk_root)
+    assert status == 2 and "a checkpoint resumes only the model it trained" in capsys.readouterr().err
+    assert victim.read_text() == "keep me"
+
+
 def test_an_epoch_schedule_resumes_for_more_epochs_and_says_what_changed(finished_run, tmp_path, brisk_root, caplog):
     run = tmp_path / "run"  # the same run, saved with an epoch-based schedule
     shutil.copytree(finished_run / "checkpoints", run / "checkpoints")
