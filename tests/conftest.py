@@ -106,3 +106,40 @@ def run_dir_of(proc) -> Path:
 
 def read_summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
+
+
+def main_in_process(module: str, overrides: list[str], root: Path) -> int:
+    """`brisk-<module> overrides...` in this process, through its real Hydra entry point (composition, run
+    directory, .hydra/), with the project root at `root`. Returns the exit status: 0, or 2 for a BriskError."""
+    import importlib
+    import logging
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    saved_argv, saved_handlers = sys.argv, logging.getLogger().handlers[:]
+    sys.argv = [f"brisk-{module}", f"paths.root_dir={root}", *overrides]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # a bug raises here instead of Hydra's exit 1
+    try:
+        importlib.import_module(f"brisk.{module}").main()
+        return 0
+    except SystemExit as e:
+        return e.code
+    finally:
+        sys.argv = saved_argv
+        del os.environ["HYDRA_FULL_ERROR"]
+        GlobalHydra.instance().clear()
+        for handler in logging.getLogger().handlers[:]:  # Hydra's file handler would take other tests' logs
+            if handler not in saved_handlers:
+                logging.getLogger().removeHandler(handler)
+                handler.close()
+
+
+# A finished 1-epoch run on a generated set other than the default one (seed 3).
+FINISHED = [*TINY, "data.synthetic.seed=3", "trainer.max_epochs=1", "callbacks.progress_bar=null"]
+
+
+@pytest.fixture(scope="session")
+def finished_run(brisk_root) -> Path:
+    run_dir = brisk_root / "finished-run"
+    assert main_in_process("train", [*FINISHED, f"hydra.run.dir={run_dir}"], brisk_root) == 0
+    return run_dir

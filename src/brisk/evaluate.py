@@ -1,4 +1,4 @@
-"""brisk-eval ckpt_path=<path>: test a checkpoint on the test split, write eval.json."""
+"""brisk-eval ckpt_path=<path>: test a checkpoint on the data its run used, write eval.json."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from brisk import restore
 from brisk import summary as run_summary
 from brisk.builder import build_datamodule, build_trainer
-from brisk.checkpoint_io import readable
 from brisk.cli import entry_point
-from brisk.models import ImageClassifier
 
 
-def evaluate(cfg: DictConfig) -> dict[str, float]:
+def evaluate(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, float]:
+    """`overrides`: the command line's, which win over the run's saved config."""
     ckpt = Path(cfg.ckpt_path)
     L.seed_everything(cfg.seed, workers=True)
-    trainer = build_trainer(cfg)  # first: it checks the config, ckpt_path included
-    # weights_only=True: a crafted checkpoint cannot run code; brisk's hparams are plain containers.
-    with readable(ckpt):
-        model = ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True)
+    # What the run trained on (its .hydra/config.yaml), before the config checks see the data section.
+    cfg = restore.with_run_config(cfg, ckpt, overrides)
+    trainer = build_trainer(cfg)
+    model = restore.load_model(cfg, ckpt)
     trainer.test(model, datamodule=build_datamodule(cfg))
     metrics = run_summary.scalars(trainer.callback_metrics)
     if trainer.is_global_zero:
@@ -33,7 +33,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
 @entry_point("eval")
 def main(cfg: DictConfig) -> None:
-    evaluate(cfg)
+    evaluate(cfg, HydraConfig.get().overrides.task)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from brisk import distributed
+from brisk import distributed, resume_check
 from brisk import summary as run_summary
 from brisk.builder import build, resolve_precision
 from brisk.cli import entry_point
@@ -19,6 +19,10 @@ log = logging.getLogger("brisk")
 
 
 def train(cfg: DictConfig) -> float | None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    ckpt_path = distributed.slurm_resume_path(cfg.get("ckpt_path"), run_dir)
+    if resume_check.nothing_to_do(cfg, ckpt_path, run_dir):  # a resume is first compared with its run's config
+        return None
     L.seed_everything(cfg.seed, workers=True)
     trainer, datamodule, model, speed = build(cfg)
     requested = str(cfg.trainer.precision)
@@ -29,8 +33,6 @@ def train(cfg: DictConfig) -> float | None:
     else:
         log.info("precision: %s (requested %s)", trainer.precision, requested)
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    ckpt_path = distributed.slurm_resume_path(cfg.get("ckpt_path"), run_dir)
     start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     fit_seconds = time.perf_counter() - start
@@ -38,6 +40,9 @@ def train(cfg: DictConfig) -> float | None:
 
     checkpoint = trainer.checkpoint_callback
     best = checkpoint.best_model_path if checkpoint is not None else ""
+    # Read before testing: test(ckpt_path=best) loads the callbacks' states saved in the best checkpoint, which
+    # for a best epoch 0 predate last.ckpt (summary.json said "" for every 1-epoch run).
+    last = next((c.last_model_path or c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor is None), "")
     trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
     metrics = run_summary.scalars({**fit_metrics, **trainer.callback_metrics})
 
@@ -59,10 +64,7 @@ def train(cfg: DictConfig) -> float | None:
                 "accumulation": trainer.accumulate_grad_batches,
                 "effective_batch": cfg.data.batch_size * trainer.accumulate_grad_batches,
                 "ckpt_path": best,
-                "last_ckpt_path": next(
-                    (c.last_model_path or c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor is None),
-                    "",
-                ),
+                "last_ckpt_path": last,
                 "seed": cfg.seed,
                 "overrides": list(HydraConfig.get().overrides.task),
                 "hardware": run_summary.hardware(),

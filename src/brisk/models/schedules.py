@@ -9,6 +9,8 @@ from collections.abc import Callable
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
+from brisk.errors import BriskError
+
 
 def cosine_with_warmup(optimizer: Optimizer, total_steps: int, warmup: float = 0.05, final: float = 0.0) -> LambdaLR:
     """Linear warmup over the first `warmup` fraction of steps, then cosine decay to `final` x base lr."""
@@ -28,6 +30,15 @@ def exp_decay(optimizer: Optimizer, constant_epochs: int = 10, k: float = 0.1) -
     return LambdaLR(optimizer, lambda epoch: math.exp(-k * max(0, epoch - constant_epochs)))
 
 
+def planned(config) -> bool:
+    """Whether a scheduler config plans its course over the whole run (it takes total_steps): OneCycle, cosine."""
+    if not config:
+        return False
+    from hydra.utils import get_object
+
+    return "total_steps" in inspect.signature(get_object(str(config["_target_"]))).parameters
+
+
 def build(config: dict, optimizer: Optimizer, total_steps: Callable[[str], int]):
     """A scheduler config (a partial plus `interval`) -> (scheduler, interval).
 
@@ -39,6 +50,26 @@ def build(config: dict, optimizer: Optimizer, total_steps: Callable[[str], int])
     interval = config.pop("interval", "step")
     make = instantiate(config)
     kwargs = {}
-    if "total_steps" in inspect.signature(make.func).parameters:
+    parameters = inspect.signature(make.func).parameters
+    if "total_steps" in parameters:
         kwargs["total_steps"] = int(total_steps(interval))
+        _check_horizon(make, parameters, kwargs["total_steps"], interval)
     return make(optimizer, **kwargs), interval
+
+
+def _check_horizon(make, parameters, total: int, interval: str) -> None:
+    """Refuse, before training, a planned schedule that cannot run over `total` steps (instead of a crash in it)."""
+    name = getattr(make.func, "__name__", str(make.func))
+    if total < 1:
+        raise BriskError(
+            f"scheduler {name} plans over the run's {interval}s, and this run has {total}. "
+            "Train for at least one optimizer step, or use scheduler=none."
+        )
+    pct = make.keywords.get("pct_start", parameters["pct_start"].default) if "pct_start" in parameters else None
+    if pct is not None and float(pct * total) == 1.0:
+        # torch's OneCycleLR then ends its warm-up phase on the step it starts, and divides by zero.
+        raise BriskError(
+            f"scheduler.pct_start={pct} x {total} optimizer steps is a warm-up of exactly one step, which {name} "
+            "cannot schedule (a ZeroDivisionError in torch). Change scheduler.pct_start (e.g. 0.3), train more "
+            "steps (trainer.max_epochs, a smaller data.batch_size or less accumulation), or use scheduler=cosine."
+        )

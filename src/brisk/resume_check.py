@@ -1,0 +1,160 @@
+"""A resume, checked before anything is built: the new config against the run's, and a finished run left alone.
+
+Without this, a changed config fails late or not at all (lightning 2.6.6, torch 2.14): another net
+ends in a state_dict traceback; more epochs, or a smaller batch, make OneCycleLR raise "Tried to step
+N times" partway through, because the restored scheduler keeps the old total; a larger batch ends
+the schedule early without a word; and resuming a finished run rewrites its summary.json with
+images/s 0.0. The saved config is the run's `.hydra/config.yaml` (read as data, never instantiated);
+the model is also compared with the checkpoint's own hyperparameters, since its weights must fit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from brisk import restore
+from brisk.checkpoint_io import readable
+from brisk.errors import BriskError
+from brisk.models import schedules
+
+log = logging.getLogger("brisk")
+
+# What the weights must fit: another value means another model.
+MODEL_KEYS = ("model._target_", "model.net", "model.num_classes")
+# Whose optimizer and scheduler state the checkpoint holds.
+STATE_KEYS = ("optimizer._target_", "scheduler._target_")
+# What sets the number of optimizer steps: a planned schedule (OneCycle, cosine) cannot follow a change.
+HORIZON_KEYS = (
+    "trainer.max_epochs",
+    "trainer.max_steps",
+    "trainer.limit_train_batches",
+    "trainer.accumulate_grad_batches",
+    "callbacks.accumulation",
+)
+# data keys that do not change the training batches, so they never count as a change of the run.
+DATA_KEYS_IGNORED = ("eval_batch_size", "channels_last", "download")
+
+
+def checkpoint_file(ckpt_path: str | None, run_dir: Path) -> Path | None:
+    """The file a ckpt_path resolves to: `last` and `hpc` as Lightning resolves them in brisk's layout."""
+    if ckpt_path is None:
+        return None
+    if str(ckpt_path) in ("last", "hpc"):
+        folder, pattern = (
+            (run_dir / "checkpoints", "last*.ckpt") if ckpt_path == "last" else (run_dir, "hpc_ckpt_*.ckpt")
+        )
+        found = [p for p in folder.glob(pattern) if p.is_file()]
+        return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
+    return Path(ckpt_path)
+
+
+def _value(cfg: DictConfig | dict, key: str) -> Any:
+    """cfg[key] as a plain value, interpolations resolved where they can be."""
+    node = OmegaConf.select(OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg, key, default=None)
+    if isinstance(node, DictConfig | ListConfig):
+        try:
+            return OmegaConf.to_container(node, resolve=True)
+        except OmegaConfBaseException:
+            return OmegaConf.to_container(node, resolve=False)
+    return node
+
+
+def _keys(saved: DictConfig, new: DictConfig, section: str, ignored=()) -> list[str]:
+    """The keys of a section in either config, as dotted names."""
+    keys = {*((saved.get(section) or {}).keys()), *((new.get(section) or {}).keys())}
+    return [f"{section}.{k}" for k in sorted(map(str, keys)) if k not in ignored]
+
+
+def _changes(before: DictConfig | dict, after: DictConfig, keys) -> list[tuple[str, Any, Any]]:
+    return [(k, a, b) for k in keys if (a := _value(before, k)) != (b := _value(after, k))]
+
+
+def _say(changes: list[tuple[str, Any, Any]]) -> str:
+    return "; ".join(f"{k}: {a} -> {b}" for k, a, b in changes)
+
+
+def compare(cfg: DictConfig, ckpt: Path, checkpoint: dict) -> None:
+    """Refuse a resume whose config the checkpoint cannot continue; log the changes it can."""
+    hparams = checkpoint.get("hyper_parameters") or {}
+    from_ckpt = {"model": {"net": hparams.get("net"), "num_classes": hparams.get("num_classes")}}
+    model = _changes(from_ckpt, cfg, MODEL_KEYS[1:]) if "net" in hparams else []
+    saved = restore.run_config(ckpt)
+    if saved is None:
+        log.warning("%s: no saved run config beside it, so this resume is not compared with the run's config", ckpt)
+    else:
+        model = model or _changes(saved, cfg, MODEL_KEYS)
+    fix = "Resume with the run's values (drop those overrides), or start a new run without ckpt_path."
+    if model:
+        raise BriskError(f"ckpt_path={ckpt}: a checkpoint resumes only the model it trained ({_say(model)}). {fix}")
+    if saved is None:
+        return
+    if state := _changes(saved, cfg, STATE_KEYS):
+        raise BriskError(
+            f"ckpt_path={ckpt}: it holds the state of the run's optimizer and scheduler ({_say(state)}). {fix}"
+        )
+    horizon = _changes(saved, cfg, [*HORIZON_KEYS, *_keys(saved, cfg, "data", DATA_KEYS_IGNORED)])
+    scheduler = cfg.get("scheduler")
+    if horizon and schedules.planned(scheduler):
+        raise BriskError(
+            f"ckpt_path={ckpt}: scheduler {scheduler._target_.rsplit('.', 1)[-1]} planned its whole course over the "
+            f"run's optimizer steps and cannot be stretched, and this changes them ({_say(horizon)}). {fix} "
+            "(scheduler=none, step or exp_decay can be resumed for more epochs.)"
+        )
+    if other := horizon + _changes(
+        saved, cfg, [k for s in ("model", "optimizer", "scheduler") for k in _keys(saved, cfg, s)]
+    ):
+        log.warning(
+            "resuming with changes since the run: %s. The optimizer and scheduler state, learning rate included, "
+            "comes from the checkpoint.",
+            _say(other),
+        )
+
+
+def _finished(cfg: DictConfig, run_dir: Path, checkpoint: dict) -> dict | None:
+    """The run's summary if the checkpoint is where the run ended and the new limits ask for no more training."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or summary.get("global_step") != checkpoint.get("global_step"):
+        return None  # not the end of a finished run: resuming from an earlier checkpoint trains again
+    max_epochs, max_steps = cfg.trainer.get("max_epochs"), cfg.trainer.get("max_steps", -1)
+    if max_epochs is None:  # Lightning's default: 1000 epochs unless max_steps is set
+        max_epochs = 1000 if max_steps in (None, -1) else -1
+    steps_done = max_steps not in (None, -1) and summary["global_step"] >= max_steps
+    epochs_done = max_epochs != -1 and summary.get("epochs", 0) >= max_epochs
+    return summary if steps_done or epochs_done else None
+
+
+def nothing_to_do(cfg: DictConfig, ckpt_path: str | None, run_dir: Path) -> bool:
+    """For a resume: refuse what it cannot continue (BriskError), and say so when the run has already finished.
+
+    True means the run is finished: its records are left as they were, and the run directory was printed."""
+    ckpt = checkpoint_file(ckpt_path, run_dir)
+    if ckpt is None or not ckpt.is_file():
+        return False  # a fresh run, or a missing file that the config checks report
+    with readable(ckpt):
+        checkpoint = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
+    compare(cfg, ckpt, checkpoint)
+    summary = _finished(cfg, restore.run_dir_of(ckpt), checkpoint)
+    if summary is None:
+        return False
+    if rank_zero_only.rank == 0:
+        print(
+            f"brisk: {restore.run_dir_of(ckpt)} already finished (epoch {summary.get('epochs')}, global step "
+            f"{summary['global_step']}): nothing to do, its records are left as they were. To train on, raise "
+            "trainer.max_epochs (with scheduler=none, step or exp_decay).",
+            file=sys.stderr,
+            flush=True,
+        )
+        print(restore.run_dir_of(ckpt), flush=True)  # the last line, as for every run
+    return True
