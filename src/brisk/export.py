@@ -69,9 +69,9 @@ def export(cfg: DictConfig) -> dict:
 
     L.seed_everything(cfg.seed, workers=True)
     run_cfg, model, checkpoint = _load(cfg)
-    mean, std, source = ox.normalization(checkpoint)
-    net = ox.Normalized(model.net, mean, std).eval()
     datamodule = build_datamodule(run_cfg)
+    mean, std, source = ox.normalization(checkpoint, datamodule)
+    net = ox.Normalized(model.net, mean, std).eval()
     datamodule.prepare_data()
     datamodule.setup("test")
     test = list(datamodule.test_dataloader())

@@ -38,16 +38,16 @@ class Normalized(nn.Module):
         return self.net(images * self.scale + self.shift)
 
 
-def normalization(checkpoint: dict) -> tuple[list[float], list[float], str]:
+def normalization(checkpoint: dict, datamodule: object) -> tuple[list[float], list[float], str]:
     """The mean and std the run trained with (0..255 scale), and where they came from.
 
-    Statistics computed from the data are stored in the checkpoint; a checkpoint without them was
-    trained with the CIFAR-10 constants of brisk.data.augment.
+    A DataModule that computes them from its data keeps them in its state_dict, which Lightning saves in
+    the checkpoint under the DataModule's class name. Without them the run used the CIFAR-10 constants.
     """
-    for key in ("brisk", "datamodule_hyper_parameters"):
-        holder = checkpoint.get(key) or {}
-        if holder.get("mean") is not None and holder.get("std") is not None:
-            return [float(m) for m in holder["mean"]], [float(s) for s in holder["std"]], f"checkpoint[{key!r}]"
+    key = type(datamodule).__qualname__
+    state = checkpoint.get(key)
+    if isinstance(state, dict) and state.get("mean") is not None and state.get("std") is not None:
+        return [float(m) for m in state["mean"]], [float(s) for s in state["std"]], f"checkpoint[{key!r}]"
     return list(augment.MEAN), list(augment.STD), "brisk.data.augment.MEAN/STD (CIFAR-10)"
 
 

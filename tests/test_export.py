@@ -1,0 +1,145 @@
+"""brisk-export and test-time augmentation, on one small trained run: real ONNX files, real onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from brisk import onnx_export as ox
+from brisk.builder import build_datamodule
+from brisk.errors import BriskError
+from brisk.export import _load
+from conftest import TINY, run_cli, run_dir_of
+
+# 4 epochs: ~0.5 test accuracy (test_train), so int8 rounding has decisions to flip and TTA has errors to fix.
+TRAIN = [*TINY, "trainer.max_epochs=4", "callbacks.progress_bar=null"]
+
+
+@pytest.fixture(scope="module")
+def run(brisk_root):
+    """A trained run, exported with int8: (checkpoint, export directory)."""
+    ckpt = run_dir_of(run_cli("train", TRAIN, brisk_root, timeout=600)) / "checkpoints" / "last.ckpt"
+    proc = run_cli("export", [f"ckpt_path={ckpt}", "format=onnx", "quantize=int8"], brisk_root, timeout=600)
+    return ckpt, run_dir_of(proc), proc
+
+
+@pytest.fixture(scope="module")
+def loaded(run, brisk_root):
+    """The run's model, as brisk-export loads it, and its test split (uint8 images, labels)."""
+    ckpt, _, _ = run
+    request = OmegaConf.create({"ckpt_path": str(ckpt), "paths": {"root_dir": str(brisk_root)}})
+    run_cfg, model, checkpoint = _load(request)
+    datamodule = build_datamodule(run_cfg)
+    datamodule.prepare_data()
+    datamodule.setup("test")
+    return model, ox.normalization(checkpoint, datamodule), datamodule.splits["test"]
+
+
+def onnx_logits(path, x: torch.Tensor) -> np.ndarray:
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return sess.run(None, {sess.get_inputs()[0].name: x.float().numpy()})[0]
+
+
+def normalized(x: torch.Tensor, stats) -> torch.Tensor:
+    """What brisk feeds the net: (pixels - mean) / std per channel, written out here independently of brisk."""
+    mean, std, _ = stats
+    return (x.float() - torch.tensor(mean).view(1, -1, 1, 1)) / torch.tensor(std).view(1, -1, 1, 1)
+
+
+def accuracy(logits, y: torch.Tensor) -> float:
+    return float((torch.as_tensor(logits).argmax(1) == y).float().mean())
+
+
+def test_onnx_matches_pytorch_on_raw_pixels(run, loaded):
+    """The exported model takes 0..255 pixels and needs no brisk code: same logits as brisk's own pipeline."""
+    _, export_dir, proc = run
+    model, stats, (x, _) = loaded
+    ours = onnx_logits(export_dir / "model.onnx", x)  # raw pixels: the normalization is inside the model
+    with torch.inference_mode():
+        theirs = model(normalized(x, stats)).numpy()
+    assert ours.shape == (len(x), 10)
+    assert np.abs(ours - theirs).max() < 1e-3
+    report = json.loads((export_dir / "export.json").read_text())
+    assert report["models"][0]["max_abs_logit_diff"] < 1e-3
+    assert report["normalization"]["mean"] == pytest.approx(stats[0])
+    assert proc.stdout.strip().splitlines()[-1] == str(export_dir)
+
+
+def test_batch_axis_is_dynamic(run, loaded):
+    _, export_dir, _ = run
+    _, _, (x, _) = loaded
+    one, many = onnx_logits(export_dir / "model.onnx", x[:1]), onnx_logits(export_dir / "model.onnx", x[:7])
+    assert one.shape == (1, 10) and many.shape == (7, 10)
+    np.testing.assert_allclose(one[0], many[0], atol=1e-4)
+
+
+def test_int8_is_smaller_and_within_one_point(run, loaded):
+    _, export_dir, proc = run
+    _, _, (x, y) = loaded
+    fp32, int8 = export_dir / "model.onnx", export_dir / "model.int8.onnx"
+    acc32, acc8 = accuracy(onnx_logits(fp32, x), y), accuracy(onnx_logits(int8, x), y)
+    assert acc32 > 0.3, f"fp32 test accuracy {acc32:.3f}: the run learned too little for the comparison to mean much"
+    assert abs(acc8 - acc32) <= 0.01, f"int8 {acc8:.4f} vs fp32 {acc32:.4f}"
+    assert int8.stat().st_size < fp32.stat().st_size
+    rows = {r["model"]: r for r in json.loads((export_dir / "export.json").read_text())["models"]}
+    assert rows["int8"]["test_acc"] == pytest.approx(acc8) and rows["fp32"]["test_acc"] == pytest.approx(acc32)
+    assert all(r["images_per_sec"] > 0 for r in rows.values())
+    table = (export_dir / "export.md").read_text()
+    assert "| int8 | model.int8.onnx |" in table and table in proc.stdout
+
+
+def test_a_mismatch_is_refused_and_nothing_is_written(run, loaded, tmp_path):
+    _, export_dir, _ = run
+    model, (mean, std, _), (x, y) = loaded
+    other = ox.Normalized(model.net, [m + 10 for m in mean], std).eval()  # the model someone else would have exported
+    batches = [(x[:100], y[:100])]
+    target = tmp_path / "model.onnx"
+    refused = pytest.raises(BriskError, match=r"model\.onnx: onnxruntime's logits differ .* export\.tolerance=0\.001")
+    with refused, ox.published(target) as tmp:
+        shutil.copy(export_dir / "model.onnx", tmp)
+        result = ox.compare(ox.session(tmp, 1), batches, ox.torch_logits(other, batches))
+        ox.check(result, 1e-3, str(target))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_flip_tta_is_mirror_invariant_and_changes_predictions(loaded):
+    model, stats, (x, _) = loaded
+    images = normalized(x, stats)
+    with torch.inference_mode():
+        model.hparams.tta = "none"
+        plain, plain_mirrored = model.infer(images), model.infer(images.flip(-1))
+        model.hparams.tta = "flip"
+        tta, tta_mirrored = model.infer(images), model.infer(images.flip(-1))
+        symmetric = images + images.flip(-1)
+        tta_symmetric = model.infer(symmetric)
+        model.hparams.tta = "none"
+        plain_symmetric = model.infer(symmetric)
+    torch.testing.assert_close(tta, tta_mirrored)  # an image and its mirror get one answer
+    torch.testing.assert_close(tta, 0.5 * (plain + plain_mirrored))
+    torch.testing.assert_close(tta_symmetric, plain_symmetric)  # nothing to average on a mirror-symmetric image
+    assert (tta.argmax(1) != plain.argmax(1)).any(), "flip TTA changed no prediction of a flip-sensitive net"
+
+
+@pytest.mark.parametrize("tta", ["flip", "flip_translate"])
+def test_tta_in_test_and_predict_is_at_least_as_accurate(loaded, tta):
+    """On test images shifted by 1 px, which the shifted views of flip_translate see back in place."""
+    import lightning as L
+
+    model, stats, (x, y) = loaded
+    shifted = normalized(torch.roll(x, shifts=(1, 1), dims=(2, 3)), stats)
+    loader = [(shifted[i : i + 100], y[i : i + 100]) for i in range(0, len(y), 100)]
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    scores = {}
+    for setting in ("none", tta):
+        model.hparams.tta = setting
+        scores[setting] = trainer.test(model, loader, verbose=False)[0]["test/acc"]
+        probabilities = torch.cat(trainer.predict(model, [b[0] for b in loader]))
+        assert accuracy(probabilities, y) == pytest.approx(scores[setting])
+    model.hparams.tta = "none"
+    assert scores[tta] >= scores["none"], scores
