@@ -79,17 +79,13 @@ def export(cfg: DictConfig) -> dict:
     bench = ox.as_input(torch.cat([x for x, _ in test])[: cfg.export.bench_batch])
     threads = cfg.export.threads or len(os.sched_getaffinity(0))
 
-    def measured(name: str, path: Path, result: dict) -> dict:
-        speed = report.images_per_sec(ox.session(path, threads), bench, cfg.export.bench_runs)
-        return report.row(name, path, result, speed)
-
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     fp32 = run_dir / "model.onnx"
     with ox.published(fp32) as tmp:
         ox.to_onnx(net, torch.from_numpy(bench[:2]), tmp)
         result = ox.compare(ox.session(tmp, threads), test, reference)
         ox.check(result, cfg.export.tolerance, str(fp32))
-    rows = [measured("fp32", fp32, result)]
+    models = {"fp32": (fp32, result)}
 
     if cfg.quantize == "int8":
         from brisk.onnx_quant import Calibration, quantize_int8
@@ -99,9 +95,11 @@ def export(cfg: DictConfig) -> dict:
         with ox.published(int8) as tmp:
             calibration = Calibration(datamodule.train_dataloader(), cfg.export.calibration_batches)
             quantize_int8(fp32, tmp, calibration, cfg.export.reduce_range)
-            result = ox.compare(ox.session(tmp, threads), test, reference)
-        rows.append(measured("int8", int8, result))
+            models["int8"] = (int8, ox.compare(ox.session(tmp, threads), test, reference))
 
+    sessions = {name: ox.session(path, threads) for name, (path, _) in models.items()}
+    speed = report.images_per_sec(sessions, bench, cfg.export.bench_runs)
+    rows = [report.row(name, path, res, speed[name]) for name, (path, res) in models.items()]
     table = report.markdown(rows, threads, len(bench))
     summary = {
         "ckpt_path": str(cfg.ckpt_path),

@@ -12,15 +12,22 @@ import numpy as np
 from brisk.onnx_export import INPUT, OUTPUT
 
 
-def images_per_sec(sess, images: np.ndarray, runs: int) -> float:
-    """Median over `runs` timed runs of one batch, after one untimed run (allocations, kernel selection)."""
-    sess.run([OUTPUT], {INPUT: images})
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        sess.run([OUTPUT], {INPUT: images})
-        times.append(time.perf_counter() - start)
-    return len(images) / statistics.median(times)
+def images_per_sec(sessions: dict[str, Any], images: np.ndarray, runs: int) -> dict[str, float]:
+    """Each session's images/s on one batch: the median of `runs` timed runs, after one untimed run each.
+
+    The sessions take turns, in reverse order every other round, so load from other jobs or a CPU
+    clocking down weighs on all of them alike (as brisk-bench does).
+    """
+    names = list(sessions)
+    for name in names:
+        sessions[name].run([OUTPUT], {INPUT: images})  # allocations and kernel selection, untimed
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(runs):
+        for name in names if i % 2 == 0 else reversed(names):
+            start = time.perf_counter()
+            sessions[name].run([OUTPUT], {INPUT: images})
+            times[name].append(time.perf_counter() - start)
+    return {name: len(images) / statistics.median(t) for name, t in times.items()}
 
 
 def row(name: str, path: Path, result: dict[str, Any], speed: float) -> dict[str, Any]:
