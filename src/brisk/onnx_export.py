@@ -1,4 +1,4 @@
-"""A trained net as an ONNX model that needs no brisk code, checked in onnxruntime, optionally quantized to int8.
+"""A trained net as an ONNX model that needs no brisk code, and its check in onnxruntime against PyTorch.
 
 The exported model takes what a user has: float32 images, N x C x H x W, on the 0..255 scale (uint8
 pixels cast to float). brisk's per-channel normalization is its first two ops, so the caller does
