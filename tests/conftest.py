@@ -48,6 +48,13 @@ def brisk_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("brisk_root")
 
 
+@pytest.fixture(scope="session")
+def tiny_trained(brisk_root):
+    """One TINY run of 4 epochs (~0.5 test accuracy; chance is 0.1), shared by the modules that only read it."""
+    proc = run_cli("train", [*TINY, "trainer.max_epochs=4"], brisk_root, timeout=600)
+    return run_dir_of(proc), proc
+
+
 def processes_of(root: Path) -> list[int]:
     """Processes whose environment names this project root: anything brisk started for a test."""
     marker = f"BRISK_ROOT={root}".encode()

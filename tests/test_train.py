@@ -27,9 +27,8 @@ SUMMARY_FIELDS = {
 
 
 @pytest.fixture(scope="module")
-def trained(brisk_root):
-    proc = run_cli("train", [*TINY, "trainer.max_epochs=4"], brisk_root)
-    return run_dir_of(proc), proc
+def trained(tiny_trained):
+    return tiny_trained
 
 
 def test_summary_has_the_fields(trained):

@@ -208,6 +208,11 @@ def with_run_config(cfg: DictConfig, ckpt_path: str | Path, overrides: Iterable[
 
 def load_model(cfg: DictConfig, ckpt_path: str | Path) -> L.LightningModule:
     """The model the builder makes from `cfg` (see `with_run_config`), with the checkpoint's weights in it."""
+    return load(cfg, ckpt_path)[0]
+
+
+def load(cfg: DictConfig, ckpt_path: str | Path) -> tuple[L.LightningModule, dict]:
+    """`load_model`, and the checkpoint it read (tensors and plain values), for what else it holds."""
     model = build_model(cfg)
     checkpoint = SafeCheckpointIO().load_checkpoint(ckpt_path, map_location="cpu")
     state = checkpoint.get("state_dict") if isinstance(checkpoint, dict) else None
@@ -222,4 +227,4 @@ def load_model(cfg: DictConfig, ckpt_path: str | Path) -> L.LightningModule:
             f"({first[:300]}). Evaluate it with the model its run trained."
         ) from None
     model.on_load_checkpoint(checkpoint)  # what load_from_checkpoint would call, with data only
-    return model.eval()
+    return model.eval(), checkpoint

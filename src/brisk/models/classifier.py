@@ -10,9 +10,11 @@ from torchmetrics import MaxMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from brisk.containers import plain
+from brisk.errors import BriskError
 from brisk.models import schedules
 
 STAGES = ("train", "val", "test")
+TTA = ("none", "flip", "flip_translate")
 
 
 class ImageClassifier(L.LightningModule):
@@ -30,6 +32,9 @@ class ImageClassifier(L.LightningModule):
         weight_decay: applied to weights only; biases and norm parameters get none.
         l1: coefficient of an L1 penalty on all weights, added to the training loss.
         compile: compile the net (not the LightningModule, which fails on lightning 2.6.6).
+        tta: test-time augmentation in test and predict (not in val: it would cost 2-6x on every epoch).
+            `flip` averages the logits of each image and its mirror; `flip_translate` also those of 1 px
+            shifts, as in airbench94's TTA (KellerJordan/cifar10-airbench).
     """
 
     def __init__(
@@ -42,8 +47,11 @@ class ImageClassifier(L.LightningModule):
         weight_decay: float = 0.0,
         l1: float = 0.0,
         compile: bool = False,
+        tta: str = "none",
     ) -> None:
         super().__init__()
+        if tta not in TTA:
+            raise BriskError(f"model.tta={tta} is unknown. Choose one of: {', '.join(TTA)}.")
         net, optimizer, scheduler = plain(net), plain(optimizer), plain(scheduler)
         self.save_hyperparameters()
         self.net = instantiate(net)
@@ -61,9 +69,27 @@ class ImageClassifier(L.LightningModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    def infer(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits with the test-time augmentation `tta`; the plain forward when it is `none`."""
+        tta = self.hparams.tta
+        if tta == "none":
+            return self(x)
+
+        def mirrored(v: torch.Tensor) -> torch.Tensor:
+            return 0.5 * (self(v) + self(v.flip(-1)))
+
+        logits = mirrored(x)
+        if tta == "flip":
+            return logits
+        # Two more views, shifted 1 px up-left and down-right with reflected borders, each with its mirror,
+        # weighted as one half of the vote: airbench94's tta_level=2 (KellerJordan/cifar10-airbench).
+        h, w = x.shape[-2:]
+        padded = F.pad(x, (1, 1, 1, 1), mode="reflect")
+        return 0.5 * logits + 0.25 * (mirrored(padded[..., :h, :w]) + mirrored(padded[..., 2:, 2:]))
+
     def step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> torch.Tensor:
         x, y = batch
-        logits = self(x)
+        logits = self.infer(x) if stage == "test" else self(x)
         loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
         # update, not forward: forward also computes this batch's accuracy, which nothing reads. The metric is
         # logged once per epoch (log_epoch): each self.log costs ~0.4 ms of Python per step on a CPU.
@@ -83,6 +109,11 @@ class ImageClassifier(L.LightningModule):
 
     def test_step(self, batch, batch_idx: int) -> None:
         self.step(batch, "test")
+
+    def predict_step(self, batch, batch_idx: int) -> torch.Tensor:
+        """Class probabilities, with the test-time augmentation `tta`."""
+        x = batch[0] if isinstance(batch, (list, tuple)) else batch
+        return self.infer(x).softmax(-1)
 
     def log_epoch(self, stage: str) -> None:
         self.log(f"{stage}/acc", self.acc[f"{stage}_acc"], prog_bar=stage == "val")

@@ -1,0 +1,126 @@
+"""brisk-export ckpt_path=<ckpt> format=onnx [quantize=int8]: a model that runs without brisk, checked and measured.
+
+Writes model.onnx (and model.int8.onnx), export.json and export.md (the fp32/int8 table) into its run
+directory, and prints that directory last.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+from brisk import restore
+from brisk import summary as run_summary
+from brisk.builder import build_datamodule
+from brisk.cli import entry_point
+from brisk.errors import BriskError
+
+FORMATS, QUANTIZE = ("onnx",), (None, "int8")
+
+
+def _load(cfg: DictConfig) -> tuple[DictConfig, L.LightningModule, dict]:
+    """The run's config (its saved .hydra/config.yaml, then the command line), its model with the checkpoint's
+    weights, and the checkpoint: brisk's one safe loading path (brisk.restore)."""
+    ckpt = Path(cfg.ckpt_path)
+    if restore.run_config(ckpt) is None:  # the test and training splits are needed too: no fallback here
+        saved = restore.run_dir_of(ckpt) / ".hydra" / "config.yaml"
+        raise BriskError(
+            f"ckpt_path={ckpt}: its run's config {saved} is missing, so the net and data are unknown. "
+            "Pass a checkpoint inside a brisk run directory, <run>/checkpoints/<name>.ckpt."
+        )
+    overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else ()
+    run_cfg = restore.with_run_config(cfg, ckpt, overrides)
+    with open_dict(run_cfg):
+        run_cfg.model.compile = False  # torch.export traces the eager net
+    model, checkpoint = restore.load(run_cfg, ckpt)
+    return run_cfg, model, checkpoint
+
+
+def _check_request(cfg: DictConfig) -> None:
+    if cfg.format not in FORMATS:
+        raise BriskError(f"format={cfg.format} is not supported. Use format=onnx.")
+    if cfg.quantize not in QUANTIZE:
+        raise BriskError(f"quantize={cfg.quantize} is not supported. Use quantize=int8, or leave it out.")
+    try:
+        import onnxruntime  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError as e:
+        missing = f"brisk-export needs the export extra ({e.name} is missing)"
+        raise BriskError(f"{missing}: pip install -e '.[export]'.") from None
+
+
+def export(cfg: DictConfig) -> dict:
+    _check_request(cfg)
+    from brisk import onnx_export as ox
+    from brisk import onnx_report as report
+
+    # Hydra's job logging puts the root logger at INFO; the exporter's graph passes then log a dozen lines per export.
+    for name in ("onnx_ir", "onnxscript"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    L.seed_everything(cfg.seed, workers=True)
+    run_cfg, model, checkpoint = _load(cfg)
+    datamodule = build_datamodule(run_cfg)
+    mean, std, source = ox.normalization(checkpoint, datamodule)
+    net = ox.Normalized(model.net, mean, std).eval()
+    datamodule.prepare_data()
+    datamodule.setup("test")
+    test = list(datamodule.test_dataloader())
+    reference = ox.torch_logits(net, test)
+    bench = ox.as_input(torch.cat([x for x, _ in test])[: cfg.export.bench_batch])
+    threads = cfg.export.threads or len(os.sched_getaffinity(0))
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    fp32 = run_dir / "model.onnx"
+    with ox.published(fp32) as tmp:
+        ox.to_onnx(net, torch.from_numpy(bench[:2]), tmp)
+        result = ox.compare(ox.session(tmp, threads), test, reference)
+        ox.check(result, cfg.export.tolerance, str(fp32))
+    models = {"fp32": (fp32, result)}
+
+    if cfg.quantize == "int8":
+        from brisk.onnx_quant import Calibration, quantize_int8
+
+        datamodule.setup("fit")
+        int8 = run_dir / "model.int8.onnx"
+        with ox.published(int8) as tmp:
+            calibration = Calibration(datamodule.train_dataloader(), cfg.export.calibration_batches)
+            quantize_int8(fp32, tmp, calibration, cfg.export.reduce_range)
+            models["int8"] = (int8, ox.compare(ox.session(tmp, threads), test, reference))
+
+    sessions = {name: ox.session(path, threads) for name, (path, _) in models.items()}
+    speed = report.images_per_sec(sessions, bench, cfg.export.bench_runs)
+    rows = [report.row(name, path, res, speed[name]) for name, (path, res) in models.items()]
+    table = report.markdown(rows, threads, len(bench))
+    summary = {
+        "ckpt_path": str(cfg.ckpt_path),
+        "run_dir": str(run_dir),
+        "input": {"name": ox.INPUT, "shape": ["batch", *bench.shape[1:]], "dtype": "float32", "range": "0..255"},
+        "normalization": {"mean": mean, "std": std, "source": source},
+        "torch_test_acc": result["torch_test_acc"],
+        "test_images": result["images"],
+        "models": rows,
+        "threads": threads,
+        "bench_batch": len(bench),
+        "hardware": run_summary.hardware(),
+    }
+    run_summary.write(run_dir / "export.json", summary)
+    (run_dir / "export.md").write_text(table)
+    print(table, flush=True)
+    print(run_dir, flush=True)  # the last line, as every brisk command
+    return summary
+
+
+@entry_point("export")
+def main(cfg: DictConfig) -> None:
+    export(cfg)
+
+
+if __name__ == "__main__":
+    main()
