@@ -10,7 +10,7 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from brisk import distributed
+from brisk import distributed, rundir
 from brisk import summary as run_summary
 from brisk.builder import build, resolve_precision
 from brisk.cli import entry_point
@@ -31,6 +31,7 @@ def train(cfg: DictConfig) -> float | None:
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     ckpt_path = distributed.slurm_resume_path(cfg.get("ckpt_path"), run_dir)
+    rundir.start(cfg)  # every check has passed: from here on the run directory is kept, with its record
     start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     fit_seconds = time.perf_counter() - start
