@@ -104,7 +104,7 @@ def last_checkpoint(cfg: DictConfig) -> None:
     for callback in (cfg.get("callbacks") or {}).values():
         if isinstance(callback, DictConfig) and callback.get("dirpath"):
             folders.add(Path(str(callback.dirpath)))
-    if not any(f.glob("last*.ckpt") for f in folders) and not any(out.glob("hpc_ckpt_*.ckpt")):
+    if not any(any(f.glob("last*.ckpt")) for f in folders) and not any(out.glob("hpc_ckpt_*.ckpt")):
         raise BriskError(
             f"ckpt_path=last: {out} holds no last checkpoint to resume from. Point at the run: "
             "ckpt_path=last hydra.run.dir=<the run directory>, or ckpt_path=<run>/checkpoints/last.ckpt."

@@ -88,6 +88,19 @@ def quote_group_options(args: list[str]) -> list[str]:
     return out
 
 
+def not_utf8(args: list[str]) -> str | None:
+    """Hydra's override parser rejects the characters Python uses for bytes that are not UTF-8 (a traceback)."""
+    for arg in args:
+        if any("\udc80" <= c <= "\udcff" for c in arg):
+            key = arg.partition("=")[0]
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            return (
+                f"{shown}: the value of {key} is not UTF-8 text, which Hydra's command line cannot take. "
+                "Rename the file or folder, or point at it through a symbolic link with a UTF-8 name."
+            )
+    return None
+
+
 def unknown_group_option(args: list[str]) -> str | None:
     """The error for a `group=option` (or a list or sweep of options) that names no file of conf/<group>/."""
     conf = Path(CONFIG_PATH)
@@ -109,7 +122,7 @@ def hydra_entry(hydra_main):
 
     @functools.wraps(hydra_main)
     def entry() -> None:
-        if error := unknown_group_option(sys.argv[1:]):
+        if error := not_utf8(sys.argv[1:]) or unknown_group_option(sys.argv[1:]):
             print(f"brisk: error: {error}", file=sys.stderr, flush=True)
             sys.exit(2)  # Hydra would say it in many lines, with exit status 1
         sys.argv[1:] = quote_group_options(sys.argv[1:])

@@ -7,9 +7,9 @@ a traceback (an unreadable data folder, a batch larger than the training split).
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
+import stat
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -95,15 +95,17 @@ def readable_folder(path: Path, key: str) -> None:
     """A folder that exists must be one this process can list and read. One that does not exist is fine:
     brisk downloads or generates the data there."""
     try:
-        is_dir = path.is_dir()
-        if not is_dir and os.path.lexists(path):
-            if not path.exists():
-                raise OSError(errno.ENOENT, "a dangling symbolic link")
-            raise BriskError(f"{key}={path} is a file, not a folder. Set {key} to the folder that holds the data.")
-    except OSError as e:
-        raise BriskError(f"{key}={path}: cannot be read ({e.strerror}). Set {key} to a folder that exists.") from None
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise BriskError(f"{key}={path} is a symbolic link to nothing. Set {key} to a folder.") from None
+        return
+    except OSError as e:  # a symbolic link loop, a path through a file, no permission on a parent
+        raise BriskError(f"{key}={path}: cannot be read ({e.strerror}). Set {key} to a folder you can read.") from None
+    if not stat.S_ISDIR(mode):
+        raise BriskError(f"{key}={path} is a file, not a folder. Set {key} to the folder that holds the data.")
     kwargs = {"effective_ids": True} if os.access in os.supports_effective_ids else {}
-    if is_dir and not os.access(path, os.R_OK | os.X_OK, **kwargs):
+    if not os.access(path, os.R_OK | os.X_OK, **kwargs):
         raise BriskError(permission_denied(path, key))
 
 

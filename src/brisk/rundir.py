@@ -10,6 +10,7 @@ beside it, in `.hydra/resume-N/`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -26,8 +27,8 @@ from omegaconf import DictConfig, OmegaConf, read_write
 from brisk.errors import BriskError
 
 RECORD = ".hydra"
-# Run directories this process saw before Hydra created them (filled by RunDirCallback, run mode).
-_existed: dict[str, bool] = {}
+# Run directory -> its nearest folder that existed before Hydra created it (RunDirCallback, run mode).
+_existed: dict[str, Path] = {}
 
 
 def first_process() -> bool:
@@ -67,7 +68,7 @@ class RunDirCallback(Callback):
         with read_write(config.hydra.run):
             # resolve ${brisk_run_id:} once, so the directory checked is the one Hydra creates
             config.hydra.run.dir = path = str(Path(str(config.hydra.run.dir)).absolute())
-        _existed[path] = os.path.lexists(path)
+        _existed[path] = nearest_existing(Path(path))
         _refuse_if_not_creatable(Path(path), "hydra.run.dir")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -95,7 +96,11 @@ class Run:
             return
         self.dir = Path(HydraConfig.get().runtime.output_dir)
         key = str(self.dir)
-        existed = _existed.pop(key) if key in _existed else any(self.dir.iterdir())
+        # a sweep's job directories are new unless they hold something already
+        self._made_below = (
+            _existed.pop(key) if key in _existed else (self.dir.parent, self.dir)[any(self.dir.iterdir())]
+        )
+        existed = self._made_below == self.dir
         self._lock = os.open(self.dir, os.O_RDONLY)
         try:
             # On the directory itself: creates no file; the kernel drops it when the process dies (even SIGKILL).
@@ -133,6 +138,11 @@ class Run:
             return
         _close_log_files_in(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
+        parent = self.dir.parent
+        while parent != self._made_below and parent.is_relative_to(self._made_below):
+            with contextlib.suppress(OSError):  # Hydra made it for this run; keep it if anything else is in it
+                parent.rmdir()
+            parent = parent.parent
 
     def close(self) -> None:
         global _current

@@ -10,7 +10,7 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from brisk import distributed, rundir
+from brisk import checks, distributed, rundir
 from brisk import summary as run_summary
 from brisk.builder import build, resolve_precision
 from brisk.cli import entry_point
@@ -19,6 +19,7 @@ log = logging.getLogger("brisk")
 
 
 def train(cfg: DictConfig) -> float | None:
+    checks.validate(cfg)  # before seeding too: seed_everything raises on a seed out of range
     L.seed_everything(cfg.seed, workers=True)
     trainer, datamodule, model, speed = build(cfg)
     requested = str(cfg.trainer.precision)
