@@ -96,6 +96,8 @@ def readable_folder(path: Path, key: str) -> None:
     brisk downloads or generates the data there."""
     try:
         mode = os.stat(path).st_mode
+    except NotADirectoryError:
+        return  # a part of the path is a file: creating the folder fails with its own message (cifar_files)
     except FileNotFoundError:
         if os.path.islink(path):
             raise BriskError(f"{key}={path} is a symbolic link to nothing. Set {key} to a folder.") from None
