@@ -393,6 +393,7 @@ def test_a_resume_keeps_the_original_record(finished_run, project, capsys, monke
     assert "trainer.max_epochs=2" in (run / ".hydra" / "resume-1" / "overrides.yaml").read_text()
 
 
+@pytest.mark.slow  # trains a job (~10 s); the suite's sweep tests count each job's .hydra/ too
 def test_a_sweep_records_each_started_job_and_removes_refused_ones(project, capsys, monkeypatch, restore_logging):
     proc = brisk_train(["-m", *BASE, "trainer.max_epochs=1,0"], project, capsys, monkeypatch)
     assert proc.returncode != 0  # one job failed: Hydra re-raises it after the sweep
