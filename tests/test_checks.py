@@ -71,6 +71,8 @@ def test_bad_config_names_the_key(case, tmp_path):
 
 def test_good_configs_pass(tmp_path):
     # checks.validate alone: build_trainer would really start the second rank of the ddp case.
+    (tmp_path / "out" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "out" / "checkpoints" / "last.ckpt").touch()  # ckpt_path=last needs one to resume from
     for overrides in (
         [],
         ["strategy=ddp", "trainer.devices=2", "data.batch_size=100"] if CORES >= 2 else [],
@@ -99,7 +101,7 @@ def test_stops_before_data_or_processes(tmp_path, brisk_root):
     assert_user_error(proc, "data.batch_size=101")
     assert not data_root.exists()
     assert "MEMBER" not in proc.stdout + proc.stderr  # Lightning's line when the process group forms
-    assert sorted(p.name for p in (tmp_path / "run").glob("*.log")) == ["train.log"]  # no rank-1 log
+    assert not (tmp_path / "run").exists()  # refused: no run directory, so no rank-1 log either
 
 
 def test_eval_missing_checkpoint(brisk_root):

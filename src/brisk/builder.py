@@ -10,7 +10,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from brisk import checks, distributed
+from brisk import checks, distributed, preflight, rundir
 from brisk.callbacks import DivergenceGuard, ResumeState, SigtermCheckpoint, SpeedMeter
 from brisk.checkpoint_io import SafeCheckpointIO
 
@@ -32,8 +32,12 @@ def _instantiate_all(group: DictConfig | None) -> list:
     return [instantiate(c) for c in (group or {}).values() if c is not None]
 
 
-def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.Trainer:
+def build_trainer(
+    cfg: DictConfig, extra_callbacks: list[L.Callback] = (), datamodule: L.LightningDataModule | None = None
+) -> L.Trainer:
     checks.validate(cfg)  # before anything is built, loaded or launched
+    if rundir.first_process():  # the other ranks of a job share what the first one checked
+        preflight.check(cfg, datamodule, build_model if "model" in cfg else None)
     trainer = _trainer(cfg, extra_callbacks)
     if distributed.needs_launch(trainer):
         # brisk starts this node's other ranks itself (see brisk.distributed for why), then builds the
@@ -70,4 +74,5 @@ def build(cfg: DictConfig) -> tuple[L.Trainer, L.LightningDataModule, L.Lightnin
     speed = SpeedMeter()
     # Always on, whatever the callbacks group says: exact resume, NaN stop, checkpoint on SIGTERM.
     reliability = [ResumeState(), DivergenceGuard(), SigtermCheckpoint()]
-    return build_trainer(cfg, [speed, *reliability]), build_datamodule(cfg), build_model(cfg), speed
+    datamodule = build_datamodule(cfg)  # first: the pre-flight checks read the data through it
+    return build_trainer(cfg, [speed, *reliability], datamodule), datamodule, build_model(cfg), speed

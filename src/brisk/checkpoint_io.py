@@ -43,7 +43,10 @@ def readable(path: str | os.PathLike) -> Iterator[None]:
         ) from None
     except (pickle.UnpicklingError, EOFError, RuntimeError) as e:
         text = str(e)
-        if payload := re.search(r"Unsupported global: GLOBAL (\S+)", text):
+        # torch 2.14 names the object as "Unsupported global: GLOBAL x.y was not an allowed global", or for a
+        # blocked module (os, posix, subprocess ...) "unsupported GLOBAL x.y whose module x is blocked".
+        payload = re.search(r"GLOBAL (\S+)", text) or re.search(r"(?:unrecognized function|but got) (\S+)", text)
+        if payload:
             raise BriskError(
                 f"{path}: refused to load: it holds a Python object ({payload.group(1)}) that loading would run "
                 "as code. brisk checkpoints hold only tensors and plain containers and load with "

@@ -6,11 +6,12 @@ value costs a second, not a dataset load, a DDP launch, or a crash deep inside L
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from brisk.errors import BriskError
 
@@ -28,10 +29,43 @@ PRECISIONS = (
 )
 # ckpt_path values that Lightning resolves itself rather than reading as a file name.
 CKPT_KEYWORDS = ("last", "hpc")
+INT, NUM, BOOL = "a whole number", "a number", "true or false"
+_ABSENT = object()
+# key: (kind, test, what the test asks, other values allowed). A key absent from the config (another
+# model, another dataset) is skipped.
+VALUES = {
+    "seed": (INT, lambda v: 0 <= v < 2**32, "in 0..2**32-1", ()),  # the range Lightning's seed_everything takes
+    "trainer.max_epochs": (INT, lambda v: v >= 1, ">= 1", (-1, None)),  # 0 would test an untrained net, exit 0
+    "trainer.max_steps": (INT, lambda v: v >= 1, ">= 1", (-1, None)),
+    "trainer.log_every_n_steps": (INT, lambda v: v >= 1, ">= 1", ()),
+    "trainer.check_val_every_n_epoch": (INT, lambda v: v >= 1, ">= 1", (None,)),
+    "trainer.gradient_clip_val": (NUM, lambda v: v >= 0, ">= 0", (None,)),
+    "trainer.limit_train_batches": (NUM, lambda v: v > 0, "> 0", (None,)),  # 0 batches would train nothing
+    "trainer.limit_val_batches": (NUM, lambda v: v >= 0, ">= 0", (None,)),
+    "data.val_size": (INT, lambda v: v >= 0, ">= 0", ()),
+    "data.split_seed": (INT, lambda v: v >= 0, ">= 0", ()),
+    "data.augment.crop_pad": (INT, lambda v: 0 <= v <= 32, "in 0..32", ()),
+    "data.augment.cutout_size": (INT, lambda v: 0 <= v <= 32, "in 0..32", ()),
+    "data.augment.flip": (BOOL, None, "", ()),
+    "data.synthetic.n_train": (INT, lambda v: 5 <= v <= 10**8 and v % 5 == 0, "a multiple of 5 in 5..10**8", ()),
+    "data.synthetic.n_test": (INT, lambda v: 1 <= v <= 10**8, "in 1..10**8", ()),
+    "data.synthetic.noise": (NUM, lambda v: v >= 0, ">= 0", ()),
+    "model.label_smoothing": (NUM, lambda v: 0 <= v < 1, "in [0, 1)", ()),
+    "model.weight_decay": (NUM, lambda v: v >= 0, ">= 0", ()),
+    "model.l1": (NUM, lambda v: v >= 0, ">= 0", ()),
+    "model.num_classes": (INT, lambda v: v >= 2, ">= 2", ()),
+    "model.compile": (BOOL, None, "", ()),
+    "model.net.width": (INT, lambda v: v >= 1, ">= 1", ()),
+    "optimizer.momentum": (NUM, lambda v: 0 <= v <= 1, "in [0, 1]", ()),
+    "optimizer.weight_decay": (NUM, lambda v: v >= 0, ">= 0", ()),
+    "scheduler.pct_start": (NUM, lambda v: 0 < v < 1, "in (0, 1)", ()),
+    "callbacks.last_checkpoint.every_n_train_steps": (INT, lambda v: v >= 0, ">= 0", (None,)),
+}
 
 
 def validate(cfg: DictConfig) -> None:
     """Raise BriskError for the first bad value in a composed train or eval config."""
+    values(cfg)
     trainer = cfg.trainer
     precision(trainer.precision)
     if "accumulate_grad_batches" in trainer:
@@ -42,6 +76,39 @@ def validate(cfg: DictConfig) -> None:
     world = device_count(trainer) * num_nodes(trainer)
     batch_split(cfg.data, world)
     checkpoint(cfg.get("ckpt_path"))
+    if str(cfg.get("ckpt_path")) == "last":
+        last_checkpoint(cfg)
+
+
+def values(cfg: DictConfig) -> None:
+    """Types and ranges of the keys in VALUES: a wrong one would crash deep in a library, or run wrong."""
+    for key, (kind, test, wanted, allowed) in VALUES.items():
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is _ABSENT or (value in allowed and not isinstance(value, bool)):
+            continue
+        if kind == BOOL:
+            ok = isinstance(value, bool)
+        else:
+            number = isinstance(value, int if kind == INT else (int, float)) and not isinstance(value, bool)
+            ok = number and math.isfinite(value) and test(value)
+        if not ok:
+            also = f" (or {', '.join('null' if a is None else str(a) for a in allowed)})" if allowed else ""
+            raise BriskError(f"{key}={value!r} must be {' '.join(filter(None, (kind, wanted)))}{also}.")
+
+
+def last_checkpoint(cfg: DictConfig) -> None:
+    """`ckpt_path=last` resumes from the run directory's last checkpoint: without one, Lightning would
+    only warn and train from scratch in a new directory."""
+    out = Path(str(cfg.paths.output_dir))
+    folders = {out / "checkpoints", out}
+    for callback in (cfg.get("callbacks") or {}).values():
+        if isinstance(callback, DictConfig) and callback.get("dirpath"):
+            folders.add(Path(str(callback.dirpath)))
+    if not any(any(f.glob("last*.ckpt")) for f in folders) and not any(out.glob("hpc_ckpt_*.ckpt")):
+        raise BriskError(
+            f"ckpt_path=last: {out} holds no last checkpoint to resume from. Point at the run: "
+            "ckpt_path=last hydra.run.dir=<the run directory>, or ckpt_path=<run>/checkpoints/last.ckpt."
+        )
 
 
 def precision(value) -> None:
@@ -67,7 +134,7 @@ def accumulation(value, callbacks: DictConfig | None) -> None:
 
 def learning_rate(optimizer: DictConfig) -> None:
     lr = optimizer.get("lr")
-    if lr is not None and (not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0):
+    if lr is not None and (not isinstance(lr, (int, float)) or isinstance(lr, bool) or not 0 < lr < math.inf):
         raise BriskError(f"optimizer.lr={lr} must be a positive number, e.g. optimizer.lr=0.05.")
 
 
@@ -155,7 +222,7 @@ def batch_split(data: DictConfig, world: int) -> None:
         size = data.get(key)
         if size is None:
             continue
-        if not isinstance(size, int) or size < 1:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise BriskError(f"data.{key}={size} must be a whole number >= 1.")
         if size % world:
             lower, upper = size // world * world, -(-size // world) * world

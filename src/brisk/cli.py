@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from brisk import distributed
+from brisk import distributed, rundir
 from brisk.errors import BriskError
 
 CONFIG_PATH = str(Path(__file__).resolve().parents[2] / "conf")
@@ -22,21 +22,49 @@ log = logging.getLogger("brisk")
 
 
 def user_errors(task):
-    """Turn a BriskError into one line on stderr and exit status 2; end the job's ranks either way."""
+    """Turn a BriskError (or running out of memory) into one line on stderr and exit status 2; end the
+    job's ranks either way. The run directory is locked for the task, and removed again if the run was
+    refused before it started and this invocation created it (brisk.rundir)."""
 
     @functools.wraps(task)
-    def wrapper(*args, **kwargs):
+    def wrapper(cfg, *args, **kwargs):
+        run = None
         try:
-            return task(*args, **kwargs)
-        except BriskError as e:
-            print(f"brisk: error: {e}", file=sys.stderr, flush=True)
+            run = rundir.Run()
+            result = task(cfg, *args, **kwargs)
+            run.start(cfg)  # entry points that do not mark the start themselves are recorded when done
+            return result
+        except (BriskError, MemoryError, RuntimeError) as e:
+            error = e if isinstance(e, BriskError) else out_of_memory(e, cfg)
+            if error is None:
+                raise
+            print(f"brisk: error: {error}", file=sys.stderr, flush=True)
+            if run is not None:
+                run.refused()
             if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-                raise  # the sweep records this job as failed and goes on (brisk.sweep.SweepSummary)
+                raise error from None  # the sweep records this job as failed and goes on (brisk.sweep.SweepSummary)
             sys.exit(2)
         finally:
             distributed.finish()
+            if run is not None:
+                run.close()
 
     return wrapper
+
+
+def out_of_memory(e: BaseException, cfg) -> BriskError | None:
+    """The one line for running out of memory (host or device), or None for any other error."""
+    text = str(e)
+    # torch.OutOfMemoryError (CUDA) says "out of memory"; the CPU allocator "can't allocate memory"
+    if not isinstance(e, MemoryError) and "out of memory" not in text and "can't allocate memory" not in text:
+        return None
+    batch = OmegaConf.select(cfg, "data.batch_size", default=None)
+    smaller = batch // 2 if isinstance(batch, int) and batch > 1 else "<smaller>"
+    return BriskError(
+        f"out of {'GPU' if 'CUDA' in text else 'host'} memory with data.batch_size={batch}. Use a smaller batch, "
+        f"e.g. data.batch_size={smaller} (with accumulation=2 to keep the effective batch), a smaller model, "
+        "or precision=bf16-mixed."
+    )
 
 
 def _numeric_groups() -> set[str]:
@@ -60,11 +88,43 @@ def quote_group_options(args: list[str]) -> list[str]:
     return out
 
 
+def not_utf8(args: list[str]) -> str | None:
+    """Hydra's override parser rejects the characters Python uses for bytes that are not UTF-8 (a traceback)."""
+    for arg in args:
+        if any("\udc80" <= c <= "\udcff" for c in arg):
+            key = arg.partition("=")[0]
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            return (
+                f"{shown}: the value of {key} is not UTF-8 text, which Hydra's command line cannot take. "
+                "Rename the file or folder, or point at it through a symbolic link with a UTF-8 name."
+            )
+    return None
+
+
+def unknown_group_option(args: list[str]) -> str | None:
+    """The error for a `group=option` (or a list or sweep of options) that names no file of conf/<group>/."""
+    conf = Path(CONFIG_PATH)
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        group = conf / key.lstrip("+~")
+        if not sep or "(" in value or "/" in key or not key.lstrip("+~").isidentifier() or not group.is_dir():
+            continue  # not a group of brisk's (Hydra's own, a plain key) or a sweep function such as choice(...)
+        options = sorted(p.stem for p in group.glob("*.yaml"))
+        for name in value.strip("[]").split(","):
+            name = name.strip().strip("'\"")
+            if name and name != "null" and name not in options:
+                return f"{key}={name}: no such option. Choose one of: {', '.join(options)} (files in {group})."
+    return None
+
+
 def hydra_entry(hydra_main):
     """A console-script entry point around a @hydra.main function, with numeric group options quoted."""
 
     @functools.wraps(hydra_main)
     def entry() -> None:
+        if error := not_utf8(sys.argv[1:]) or unknown_group_option(sys.argv[1:]):
+            print(f"brisk: error: {error}", file=sys.stderr, flush=True)
+            sys.exit(2)  # Hydra would say it in many lines, with exit status 1
         sys.argv[1:] = quote_group_options(sys.argv[1:])
         hydra_main()
 

@@ -10,7 +10,7 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from brisk import distributed, resume_check
+from brisk import checks, distributed, resume_check, rundir
 from brisk import summary as run_summary
 from brisk.builder import build, resolve_precision
 from brisk.cli import entry_point
@@ -19,6 +19,7 @@ log = logging.getLogger("brisk")
 
 
 def train(cfg: DictConfig) -> float | None:
+    checks.validate(cfg)  # before seeding too: seed_everything raises on a seed out of range
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     ckpt_path = distributed.slurm_resume_path(cfg.get("ckpt_path"), run_dir)
     if resume_check.nothing_to_do(cfg, ckpt_path, run_dir):  # a resume is first compared with its run's config
@@ -33,6 +34,7 @@ def train(cfg: DictConfig) -> float | None:
     else:
         log.info("precision: %s (requested %s)", trainer.precision, requested)
 
+    rundir.start(cfg)  # every check has passed: from here on the run directory is kept, with its record
     start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     fit_seconds = time.perf_counter() - start

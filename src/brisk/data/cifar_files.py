@@ -48,6 +48,11 @@ def _unpickle(path: Path) -> dict:
             obj = _CifarUnpickler(f, encoding="bytes").load()
     except FileNotFoundError:
         raise BriskError(f"{path}: file is missing. {_FIX}") from None
+    except PermissionError:  # the file is fine: deleting it would be the wrong advice
+        raise BriskError(
+            f"{path}: permission denied. Give your user read access (e.g. chmod -R u+rX {path.parent}), "
+            "or set data.root to a copy you can read."
+        ) from None
     except Exception as e:  # truncated, corrupt or hostile pickles all end here
         raise BriskError(f"{path}: not a readable CIFAR batch ({type(e).__name__}: {e}). {_FIX}") from None
     if not isinstance(obj, dict):

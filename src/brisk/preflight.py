@@ -1,0 +1,143 @@
+"""Checks of the filesystem and the data before a run starts, after the config checks (brisk.checks).
+
+Each names the path or key and the fix, so a run is refused in its first seconds rather than after
+an epoch (an unwritable checkpoints/ folder), after the whole fit (a damaged test split), or with
+a traceback (an unreadable data folder, a batch larger than the training split).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from brisk.checkpoint_io import readable
+from brisk.errors import BriskError
+from brisk.rundir import creatable, nearest_existing
+
+# Optimizer state per parameter in a checkpoint: Adam/AdamW keep two moments, SGD with momentum one.
+OPTIMIZER_STATES = 2
+
+
+def check(cfg: DictConfig, datamodule: L.LightningDataModule | None, model: Callable | None) -> None:
+    """Outputs writable, room for a checkpoint, data readable and big enough. `model` builds the model."""
+    folders = checkpoint_dirs(cfg)
+    if OmegaConf.select(cfg, "paths.output_dir") is not None:
+        creatable(Path(str(cfg.paths.output_dir)), "hydra.run.dir")
+    for key, folder in folders.items():
+        creatable(folder, key)
+    if model is not None and folders:
+        disk_space(folders, checkpoint_bytes(cfg, model))
+    ckpt = cfg.get("ckpt_path")
+    if ckpt is not None and str(ckpt) not in ("last", "hpc"):
+        checkpoint(Path(str(ckpt)))
+    elif str(ckpt) == "last":
+        for last in sorted(f for folder in folders.values() for f in folder.glob("last*.ckpt")):
+            checkpoint(last)
+    if datamodule is not None:
+        data(cfg, datamodule)
+
+
+def checkpoint(path: Path) -> None:
+    """Load the checkpoint to resume from now, as Lightning will (weights only), without reading its tensors
+    (mmap): a crafted or damaged file is refused before the run starts, not inside the fit."""
+    with readable(path):
+        try:
+            # mmap needs torch's zip format, which Lightning writes; anything else is read whole
+            torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError) as e:  # torch's legacy reader on junk
+            raise BriskError(
+                f"{path}: not a readable checkpoint: it is truncated or corrupt ({type(e).__name__}). "
+                "Resume from another checkpoint in the same folder, or start the run again."
+            ) from None
+
+
+def checkpoint_dirs(cfg: DictConfig) -> dict[str, Path]:
+    """The folders the checkpoint callbacks write to, by config key."""
+    found = {}
+    for name, callback in (cfg.get("callbacks") or {}).items():
+        if isinstance(callback, DictConfig) and callback.get("dirpath"):
+            found[f"callbacks.{name}.dirpath"] = Path(str(callback.dirpath))
+    return found
+
+
+def checkpoint_bytes(cfg: DictConfig, build_model: Callable) -> int:
+    """About how big one checkpoint of this model is: weights, buffers and optimizer state.
+
+    The model is built on the meta device, which allocates nothing, so even a model too big for this
+    machine is measured in milliseconds."""
+    with torch.device("meta"):
+        module = build_model(cfg)
+    state = sum(t.numel() * t.element_size() for t in module.state_dict().values())
+    params = sum(p.numel() * p.element_size() for p in module.parameters())
+    return state + OPTIMIZER_STATES * params
+
+
+def disk_space(folders: dict[str, Path], needed: int) -> None:
+    """A checkpoint is written beside the previous one and then renamed over it: each folder needs room for one."""
+    for key, folder in folders.items():
+        free = shutil.disk_usage(nearest_existing(folder)).free
+        if free < needed:
+            raise BriskError(
+                f"{key}={folder}: {free / 1e9:.2f} GB free, but one checkpoint of this model needs about "
+                f"{needed / 1e9:.2f} GB. Free some space, or put the run on a bigger disk (hydra.run.dir=<folder>)."
+            )
+
+
+def readable_folder(path: Path, key: str) -> None:
+    """A folder that exists must be one this process can list and read. One that does not exist is fine:
+    brisk downloads or generates the data there."""
+    try:
+        mode = os.stat(path).st_mode
+    except NotADirectoryError:
+        return  # a part of the path is a file: creating the folder fails with its own message (cifar_files)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise BriskError(f"{key}={path} is a symbolic link to nothing. Set {key} to a folder.") from None
+        return
+    except OSError as e:  # a symbolic link loop, a path through a file, no permission on a parent
+        raise BriskError(f"{key}={path}: cannot be read ({e.strerror}). Set {key} to a folder you can read.") from None
+    if not stat.S_ISDIR(mode):
+        raise BriskError(f"{key}={path} is a file, not a folder. Set {key} to the folder that holds the data.")
+    kwargs = {"effective_ids": True} if os.access in os.supports_effective_ids else {}
+    if not os.access(path, os.R_OK | os.X_OK, **kwargs):
+        raise BriskError(permission_denied(path, key))
+
+
+def permission_denied(path: Path | str, key: str) -> str:
+    return (
+        f"{key}: permission denied on {path}. Give your user read access (e.g. chmod -R u+rX {path}), "
+        f"or set {key} to a copy you can read."
+    )
+
+
+def data(cfg: DictConfig, datamodule: L.LightningDataModule) -> None:
+    """Read the splits now, as the run would, and check the batch against the training split.
+
+    The DataModule keeps what it read, so the fit and the test that follow do not read it again."""
+    root = OmegaConf.select(cfg, "data.root")
+    if root is not None:
+        readable_folder(Path(str(root)), "data.root")
+    try:
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        datamodule.setup("test")  # a damaged test split is found now, not after the whole fit
+    except PermissionError as e:
+        raise BriskError(permission_denied(e.filename, "data.root")) from None
+    except OSError as e:
+        raise BriskError(f"data.root: cannot read {e.filename} ({e.strerror}). Check the path and the disk.") from None
+    train = getattr(datamodule, "splits", {}).get("train")
+    batch = OmegaConf.select(cfg, "data.batch_size")
+    if train is not None and isinstance(batch, int) and batch > len(train[1]):
+        val = OmegaConf.select(cfg, "data.val_size")
+        raise BriskError(
+            f"data.batch_size={batch} is larger than the training split: {len(train[1])} images (the train split "
+            f"minus data.val_size={val}). Use data.batch_size={len(train[1])} or less, or a smaller data.val_size."
+        )

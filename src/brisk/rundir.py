@@ -1,0 +1,178 @@
+"""A run directory's life: locked while a run uses it, recorded in `.hydra/` only once the run starts,
+and removed again when the run is refused and this invocation created the directory.
+
+Hydra creates the directory and, by default, writes `.hydra/` and opens the log file before the task
+runs. conf/hydra/default.yaml turns both off (`output_subdir: null`, a delayed log file), so a refused
+run leaves nothing behind, and a resume refused by a check leaves its target as it was. A resume into
+a directory that already holds a record keeps it (other tools compare against it) and writes its own
+beside it, in `.hydra/resume-N/`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, read_write
+
+from brisk.errors import BriskError
+
+RECORD = ".hydra"
+# Run directory -> its nearest folder that existed before Hydra created it (RunDirCallback, run mode).
+_existed: dict[str, Path] = {}
+
+
+def first_process() -> bool:
+    """The first process of a job, which owns its directory. The ranks brisk starts get LOCAL_RANK,
+    torchrun's get RANK, srun's get SLURM_PROCID, the ranks of other nodes NODE_RANK."""
+    return all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
+
+
+def nearest_existing(path: Path) -> Path:
+    while not os.path.lexists(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def creatable(path: Path, key: str) -> None:
+    """Raise BriskError unless `path` is (or can be made) a folder this process may write in. Writes nothing."""
+    import tempfile
+
+    base = nearest_existing(path)
+    try:
+        if not base.is_dir():
+            raise BriskError(f"{key}={path}: {base} is a file, not a folder. Choose another {key}.")
+        # an unnamed temporary file (O_TMPFILE): proves write access and leaves no trace
+        with tempfile.TemporaryFile(dir=base):
+            pass
+    except OSError as e:
+        raise BriskError(
+            f"{key}={path}: cannot write in {base} ({e.strerror}). Choose a folder you can write to, "
+            f"e.g. {key}=<folder>, or fix its permissions."
+        ) from None
+
+
+class RunDirCallback(Callback):
+    """Checks the run or sweep directory before Hydra creates it: Hydra's own failure is a traceback."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with read_write(config.hydra.run):
+            # resolve ${brisk_run_id:} once, so the directory checked is the one Hydra creates
+            config.hydra.run.dir = path = str(Path(str(config.hydra.run.dir)).absolute())
+        _existed[path] = nearest_existing(Path(path))
+        _refuse_if_not_creatable(Path(path), "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with read_write(config.hydra.sweep):
+            config.hydra.sweep.dir = path = str(Path(str(config.hydra.sweep.dir)).absolute())
+        _refuse_if_not_creatable(Path(path), "hydra.sweep.dir")
+
+
+def _refuse_if_not_creatable(path: Path, key: str) -> None:
+    try:
+        creatable(path, key)
+    except BriskError as e:  # outside the task, so print it here: Hydra would print a traceback
+        print(f"brisk: error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+class Run:
+    """This invocation's hold on its run directory (a no-op outside a Hydra job)."""
+
+    def __init__(self) -> None:
+        self.dir: Path | None = None
+        self.owned = self.started = False  # created by this invocation / recorded as started
+        self._lock: int | None = None
+        if not HydraConfig.initialized() or not first_process():
+            return
+        self.dir = Path(HydraConfig.get().runtime.output_dir)
+        key = str(self.dir)
+        # a sweep's job directories are new unless they hold something already
+        self._made_below = (
+            _existed.pop(key) if key in _existed else (self.dir.parent, self.dir)[any(self.dir.iterdir())]
+        )
+        existed = self._made_below == self.dir
+        self._lock = os.open(self.dir, os.O_RDONLY)
+        try:
+            # On the directory itself: creates no file; the kernel drops it when the process dies (even SIGKILL).
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(self._lock)
+            self._lock = None
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise BriskError(
+                    f"hydra.run.dir={self.dir} is in use by a running brisk process. Wait for it to finish, "
+                    "or give this run its own directory (leave hydra.run.dir out for a new one)."
+                ) from None
+            logging.getLogger("brisk").warning("cannot lock %s (%s): running unlocked", self.dir, e.strerror)
+        self.owned = not existed
+        global _current
+        _current = self
+
+    def start(self, cfg: DictConfig) -> None:
+        """The run really starts: write its record (once). A resume keeps the original and adds its own."""
+        if self.dir is None or self.started:
+            return
+        self.started = True
+        record = self.dir / RECORD
+        if (record / "config.yaml").is_file():
+            n = 1 + sum(1 for p in record.glob("resume-*") if p.is_dir())
+            record = record / f"resume-{n}"
+        hydra_cfg = HydraConfig.instance().cfg
+        _write(record / "config.yaml", OmegaConf.to_yaml(cfg))
+        _write(record / "hydra.yaml", OmegaConf.to_yaml(hydra_cfg))
+        _write(record / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task))
+
+    def refused(self) -> None:
+        """The run stopped before it started: remove the directory if this invocation made it."""
+        if not (self.owned and not self.started and self._lock is not None):
+            return
+        _close_log_files_in(self.dir)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        parent = self.dir.parent
+        while parent != self._made_below and parent.is_relative_to(self._made_below):
+            with contextlib.suppress(OSError):  # Hydra made it for this run; keep it if anything else is in it
+                parent.rmdir()
+            parent = parent.parent
+
+    def close(self) -> None:
+        global _current
+        _current = None if _current is self else _current
+        if self._lock is not None:
+            os.close(self._lock)  # closing the descriptor releases the lock
+            self._lock = None
+
+
+_current: Run | None = None
+
+
+def start(cfg: DictConfig) -> None:
+    """Mark the current run as started (its checks passed): from here on its directory is kept."""
+    if _current is not None:
+        _current.start(cfg)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")  # a reader (eval, resume checks) never sees half a file
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _close_log_files_in(folder: Path) -> None:
+    """Detach log handlers writing into `folder`, so nothing re-creates it after it is removed."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        name = getattr(handler, "baseFilename", None)
+        if name and Path(name).is_relative_to(folder):
+            root.removeHandler(handler)
+            handler.close()
