@@ -13,7 +13,9 @@ from omegaconf import DictConfig
 from brisk import distributed
 from brisk import summary as run_summary
 from brisk.builder import build, resolve_precision
+from brisk.callbacks.final import checkpoint_to_test
 from brisk.cli import entry_point
+from brisk.models.sparsity import sparsity
 
 log = logging.getLogger("brisk")
 
@@ -36,8 +38,7 @@ def train(cfg: DictConfig) -> float | None:
     fit_seconds = time.perf_counter() - start
     fit_metrics = dict(trainer.callback_metrics)
 
-    checkpoint = trainer.checkpoint_callback
-    best = checkpoint.best_model_path if checkpoint is not None else ""
+    best = checkpoint_to_test(trainer)  # the best by val/acc, or final.ckpt after SWA or pruning
     trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
     metrics = run_summary.scalars({**fit_metrics, **trainer.callback_metrics})
 
@@ -64,6 +65,7 @@ def train(cfg: DictConfig) -> float | None:
                     "",
                 ),
                 "seed": cfg.seed,
+                "sparsity": sparsity(model),  # of the tested weights: per conv/linear weight and in total
                 "overrides": list(HydraConfig.get().overrides.task),
                 "hardware": run_summary.hardware(),
                 "distributed": distributed.environment(trainer),
