@@ -99,8 +99,9 @@ class RunPlots(L.Callback):
         image = ax.imshow(matrix.numpy(), cmap="Blues")
         fig.colorbar(image, ax=ax)
         if n <= 20:
-            for (i, j), count in zip(torch.cartesian_prod(torch.arange(n), torch.arange(n)).tolist(), matrix.flatten()):
-                ax.text(j, i, int(count), ha="center", va="center", fontsize=7)
+            for i, row in enumerate(matrix.tolist()):
+                for j, count in enumerate(row):
+                    ax.text(j, i, count, ha="center", va="center", fontsize=7)
         ax.set_xlabel("predicted")
         ax.set_ylabel("true")
         ax.set_title("test confusion matrix")

@@ -55,7 +55,7 @@ class ImageClassifier(L.LightningModule):
         self.acc = torch.nn.ModuleDict(
             {f"{s}_acc": MulticlassAccuracy(num_classes, average="micro", validate_args=False) for s in STAGES}
         )
-        # Read by brisk.callbacks.RunPlots after test; not saved in checkpoints (torchmetrics states are not persistent).
+        # Read by brisk.callbacks.RunPlots after test; not in checkpoints (torchmetrics states are not persistent).
         self.test_confusion = MulticlassConfusionMatrix(num_classes, validate_args=False)
         self.val_acc_best = MaxMetric()
         # In the checkpoint, so a resumed run reports the best over all epochs, not only the resumed ones.
@@ -105,7 +105,7 @@ class ImageClassifier(L.LightningModule):
             self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        # After every callback's hook: pruning masks folded into plain weights, so any checkpoint loads into a fresh net.
+        # After every callback's hook: pruning masks folded into the weights, so a checkpoint loads into a fresh net.
         fold_masks(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
