@@ -15,13 +15,14 @@ from brisk.models import ImageClassifier
 from brisk.models.sparsity import sparsity
 from conftest import TINY, compose_cfg, read_summary, run_cli, run_dir_of
 
-QUICK = [*TINY, "callbacks.progress_bar=null", "trainer.limit_train_batches=5", "trainer.limit_val_batches=2"]
+QUICK = [*TINY, "callbacks.progress_bar=null", "trainer.num_sanity_val_steps=0"]
+QUICK += ["trainer.limit_train_batches=5", "trainer.limit_val_batches=2", "trainer.limit_test_batches=1"]
 DEFAULTS = {"model_checkpoint", "last_checkpoint", "lr_monitor", "progress_bar", "plots"}
 
 
 def fit(overrides: list[str], root, extra_callbacks=()):
     """An in-process fit of the tiny config, writing under `root` (a `project` fixture: a fresh output directory)."""
-    cfg = compose_cfg([*QUICK, *overrides], root)
+    cfg = compose_cfg([*QUICK, "callbacks.plots=null", *overrides], root)  # plots: drawn in the CLI run below
     L.seed_everything(0)
     trainer, datamodule, model, _ = build(cfg)
     trainer.callbacks.extend(extra_callbacks)
@@ -144,7 +145,10 @@ def test_muon_learns_and_resumes(project):
             seen.update(copy.deepcopy(trainer.optimizers[0].muon.state_dict()["state"]))  # before any step
 
     resumed = build_trainer(
-        compose_cfg([*QUICK, "optimizer=muon", "scheduler=none", "trainer.max_epochs=3"], project), [Loaded()]
+        compose_cfg(
+            [*QUICK, "callbacks.plots=null", "optimizer=muon", "scheduler=none", "trainer.max_epochs=3"], project
+        ),
+        [Loaded()],
     )
     resumed.fit(build_model(cfg), datamodule=datamodule, ckpt_path=last, weights_only=True)
     assert saved.keys() == seen.keys() and len(saved) == len(matrices)
