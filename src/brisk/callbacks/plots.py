@@ -3,7 +3,8 @@
 Nothing is drawn while training. The loop only leaves what it already computed: the epoch metrics
 Lightning holds in `trainer.callback_metrics` (read once per epoch) and the learning rate of each
 optimizer step (a Python float from the optimizer's groups: no device sync). Drawing happens after
-fit and after test, on rank 0; matplotlib is imported only then.
+fit and after test, on rank 0; matplotlib is imported only then. The history is kept in checkpoints
+(plain floats), so a resumed run draws its whole curves.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ class RunPlots(L.Callback):
         self.dirpath = Path(dirpath)
         self.epochs: dict[int, dict[str, float]] = {}
         self.lrs: list[tuple[int, list[float]]] = []
+
+    def state_dict(self) -> dict:
+        return {"epochs": self.epochs, "lrs": self.lrs}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.epochs, self.lrs = dict(state_dict["epochs"]), list(state_dict["lrs"])
 
     def _record_epoch(self, trainer: L.Trainer, epoch: int) -> None:
         keys = {k for pair in CURVES.values() for k in pair}
