@@ -99,11 +99,11 @@ def test_pruning_schedule_rises_to_the_target():
 
 @pytest.fixture(scope="module")
 def pruned_ema_run(tmp_path_factory, brisk_root):
-    """One real brisk-train run with two levers at once; pruning ends at epoch 1 of 3."""
+    """One real brisk-train run with two levers at once; the pruning schedule ends with epoch 0 of 2."""
     root = tmp_path_factory.mktemp("pruned")
     (brisk_root / "data").mkdir(exist_ok=True)
     (root / "data").symlink_to(brisk_root / "data", target_is_directory=True)
-    args = [*QUICK, "callbacks=[ema,prune]", "callbacks.prune.amount=0.6", "trainer.max_epochs=3"]
+    args = [*QUICK, "callbacks=[ema,prune]", "callbacks.prune.amount=0.6", "trainer.max_epochs=2"]
     return run_dir_of(run_cli("train", args, root))
 
 
@@ -133,8 +133,9 @@ def test_muon_learns_and_resumes(project):
     matrices = [p for p in model.net.parameters() if p.ndim >= 2]
     assert sum(len(g["params"]) for g in optimizer.muon.param_groups) == len(matrices)  # conv filters included
     assert any(p.ndim == 4 for p in matrices)
+    # 30 steps at a constant lr 0.02 (seed 0): val acc 0.41, train loss 1.55
     assert float(trainer.callback_metrics["val/acc"]) > 0.3  # chance: 0.1
-    assert float(trainer.callback_metrics["train/loss_epoch"]) < 2.2  # from ln(10) = 2.30 at the start
+    assert float(trainer.callback_metrics["train/loss_epoch"]) < 2.0  # from ln(10) = 2.30 at the start
 
     last = trainer.checkpoint_callback.dirpath + "/last.ckpt"
     saved = torch.load(last, weights_only=True)["optimizer_states"][0]["muon"]["state"]
@@ -146,7 +147,9 @@ def test_muon_learns_and_resumes(project):
 
     resumed = build_trainer(
         compose_cfg(
-            [*QUICK, "callbacks.plots=null", "optimizer=muon", "scheduler=none", "trainer.max_epochs=3"], project
+            [*QUICK, "callbacks.plots=null", "optimizer=muon", "scheduler=none", "trainer.max_epochs=3"]
+            + ["trainer.limit_train_batches=1"],  # one step: the state is checked before it
+            project,
         ),
         [Loaded()],
     )
