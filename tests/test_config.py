@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import pytest
@@ -84,15 +85,17 @@ def test_schedulers_step_with_the_optimizer(brisk_root):
         assert len(set(lrs)) > 1 or option == "step", f"{option} never changed the learning rate"
 
 
-def test_exp_decay_is_constant_then_exponential():
+def test_exp_decay_is_the_keras_recipe():
+    """Keras: `lr if epoch < 10 else lr * exp(-0.1)`, called with the 0-based epoch at each epoch's start."""
     from brisk.models.schedules import exp_decay
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = exp_decay(opt, constant_epochs=3, k=0.5)
-    lrs = []
-    for _ in range(6):
-        lrs.append(opt.param_groups[0]["lr"])
+    sched = exp_decay(opt)
+    ours, keras_lr = [], 1.0
+    for epoch in range(14):
+        keras_lr = keras_lr if epoch < 10 else keras_lr * math.exp(-0.1)
+        ours.append((opt.param_groups[0]["lr"], keras_lr))
         opt.step()
         sched.step()
-    assert lrs[:4] == [1.0] * 4
-    assert lrs[5] / lrs[4] == pytest.approx(torch.exp(torch.tensor(-0.5)).item())
+    assert [a for a, _ in ours] == pytest.approx([b for _, b in ours], rel=1e-12)
+    assert [round(a, 4) for a, _ in ours[9:12]] == [1.0, 0.9048, 0.8187]

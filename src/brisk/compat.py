@@ -12,11 +12,12 @@ from typing import Any
 
 import lightning as L
 from hydra.core.utils import JobReturn
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, StochasticWeightAveraging, WeightAveraging
 from lightning.pytorch.loops import _FitLoop
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
 from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+from torch import nn
 
 CHECKED_ON = {"lightning": "2.6.6", "hydra-core": "1.3.8"}
 
@@ -69,6 +70,21 @@ def job_error(job_return: JobReturn) -> BaseException | Any:
     return job_return._return_value
 
 
+def averaged_module(callback: L.Callback) -> nn.Module | None:
+    """The model copy a weight-averaging callback keeps, or None for other callbacks (or before fit's setup).
+
+    WeightAveraging (EMA) keeps an AveragedModel in `_average_model` (the copy is its `.module`);
+    StochasticWeightAveraging keeps a deep copy of the LightningModule there. Neither exposes it publicly, and
+    brisk's pruning must give the copy the same masks (see brisk.callbacks.pruning).
+    """
+    if isinstance(callback, WeightAveraging):
+        average = callback._average_model
+        return None if average is None else average.module
+    if isinstance(callback, StochasticWeightAveraging):
+        return callback._average_model
+    return None
+
+
 # (owner, attribute) for each private name above: what `missing()` checks.
 _USED = [
     (_AcceleratorConnector, "cluster_environment"),
@@ -82,6 +98,8 @@ _USED = [
     (L.Trainer, "_accelerator_connector"),
     (L.Trainer, "_checkpoint_connector"),
 ]
+# Set in __init__ rather than on the class: checked on fresh instances in missing().
+_AVERAGING = ("_average_model",)
 
 
 def missing() -> list[str]:
@@ -99,6 +117,8 @@ def missing() -> list[str]:
         for owner, name in _USED
         if not hasattr(owner, name) and not hasattr(instances.get(owner), name)
     ]
+    averagers = (WeightAveraging(), StochasticWeightAveraging(swa_lrs=0.1))
+    gone += [f"{type(c).__name__}.{name}" for c in averagers for name in _AVERAGING if not hasattr(c, name)]
     if "_return_value" not in JobReturn.__dataclass_fields__:
         gone.append("hydra.core.utils.JobReturn._return_value")
     return gone

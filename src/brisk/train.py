@@ -13,7 +13,9 @@ from omegaconf import DictConfig
 from brisk import checks, distributed, resume_check, rundir
 from brisk import summary as run_summary
 from brisk.builder import build, resolve_precision
+from brisk.callbacks.final import checkpoint_to_test
 from brisk.cli import entry_point
+from brisk.models.sparsity import sparsity
 
 log = logging.getLogger("brisk")
 
@@ -40,11 +42,10 @@ def train(cfg: DictConfig) -> float | None:
     fit_seconds = time.perf_counter() - start
     fit_metrics = dict(trainer.callback_metrics)
 
-    checkpoint = trainer.checkpoint_callback
-    best = checkpoint.best_model_path if checkpoint is not None else ""
     # Read before testing: test(ckpt_path=best) loads the callbacks' states saved in the best checkpoint, which
     # for a best epoch 0 predate last.ckpt (summary.json said "" for every 1-epoch run).
     last = next((c.last_model_path or c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor is None), "")
+    best = checkpoint_to_test(trainer)  # the best by val/acc, or final.ckpt after SWA or pruning
     trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
     metrics = run_summary.scalars({**fit_metrics, **trainer.callback_metrics})
 
@@ -68,6 +69,7 @@ def train(cfg: DictConfig) -> float | None:
                 "ckpt_path": best,
                 "last_ckpt_path": last,
                 "seed": cfg.seed,
+                "sparsity": sparsity(model),  # of the tested weights: per conv/linear weight and in total
                 "overrides": list(HydraConfig.get().overrides.task),
                 "hardware": run_summary.hardware(),
                 "distributed": distributed.environment(trainer),

@@ -1,7 +1,9 @@
 from brisk.callbacks.checkpoint import LastCheckpoint
 from brisk.callbacks.guard import DivergenceGuard
 from brisk.callbacks.interrupt import SigtermCheckpoint
+from brisk.callbacks.plots import RunPlots
+from brisk.callbacks.pruning import Pruning
 from brisk.callbacks.resume import ResumeState
 from brisk.callbacks.speed import SpeedMeter
 
-__all__ = ["DivergenceGuard", "LastCheckpoint", "ResumeState", "SigtermCheckpoint", "SpeedMeter"]
+__all__ = ["DivergenceGuard", "LastCheckpoint", "Pruning", "ResumeState", "RunPlots", "SigtermCheckpoint", "SpeedMeter"]

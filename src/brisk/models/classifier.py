@@ -7,11 +7,12 @@ import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
 from torchmetrics import MaxMetric
-from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from brisk.containers import plain
 from brisk.errors import BriskError
 from brisk.models import schedules
+from brisk.models.sparsity import fold_masks
 
 STAGES = ("train", "val", "test")
 TTA = ("none", "flip", "flip_translate")
@@ -62,6 +63,8 @@ class ImageClassifier(L.LightningModule):
         self.acc = torch.nn.ModuleDict(
             {f"{s}_acc": MulticlassAccuracy(num_classes, average="micro", validate_args=False) for s in STAGES}
         )
+        # Read by brisk.callbacks.RunPlots after test; not in checkpoints (torchmetrics states are not persistent).
+        self.test_confusion = MulticlassConfusionMatrix(num_classes, validate_args=False)
         self.val_acc_best = MaxMetric()
         # In the checkpoint, so a resumed run reports the best over all epochs, not only the resumed ones.
         self.val_acc_best.persistent(True)
@@ -94,6 +97,8 @@ class ImageClassifier(L.LightningModule):
         # update, not forward: forward also computes this batch's accuracy, which nothing reads. The metric is
         # logged once per epoch (log_epoch): each self.log costs ~0.4 ms of Python per step on a CPU.
         self.acc[f"{stage}_acc"].update(logits, y)
+        if stage == "test":
+            self.test_confusion.update(logits, y)
         # A tensor, not a float: Lightning reduces it on the device and only syncs when it writes logs.
         train = stage == "train"
         self.log(f"{stage}/loss", loss, on_step=train, on_epoch=True, sync_dist=not train, batch_size=len(y))
@@ -129,6 +134,23 @@ class ImageClassifier(L.LightningModule):
         if not self.trainer.sanity_checking:
             self.val_acc_best(self.acc["val_acc"].compute())
             self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # After every callback's hook: pruning masks folded into the weights, so a checkpoint loads into a fresh net.
+        fold_masks(checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # Lightning's EMA (WeightAveraging) saves the averaged weights as `state_dict`, the raw ones as
+        # `current_model_state`, and puts the raw ones back into the model on load, also for trainer.test
+        # (lightning 2.6.6). Outside fit the averaged weights are the model: the ones validation chose it by.
+        if "current_model_state" in checkpoint and not self._fitting():
+            checkpoint["current_model_state"] = checkpoint["state_dict"]
+
+    def _fitting(self) -> bool:
+        try:
+            return self.trainer.state.fn == "fit"
+        except RuntimeError:  # not attached to a Trainer (load_from_checkpoint)
+            return False
 
     def configure_optimizers(self):
         decay = [p for p in self.net.parameters() if p.requires_grad and p.ndim > 1]

@@ -34,7 +34,13 @@ class _ConvGroup(nn.Sequential):
 
 
 class AirbenchNet(nn.Module):
-    def __init__(self, num_classes: int = 10, widths: tuple[int, int, int] = (64, 256, 256), scale: float = 1 / 9):
+    def __init__(
+        self,
+        num_classes: int = 10,
+        widths: tuple[int, int, int] = (64, 256, 256),
+        scale: float = 1 / 9,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.whiten = nn.Conv2d(3, 24, kernel_size=2, padding=0, bias=True)
         self.body = nn.Sequential(
@@ -44,6 +50,7 @@ class AirbenchNet(nn.Module):
             _ConvGroup(widths[1], widths[2]),
             nn.MaxPool2d(3),
             nn.Flatten(),
+            nn.Dropout(dropout),  # of the features entering the head
         )
         self.head = nn.Linear(widths[2], num_classes, bias=False)
         self.scale = scale

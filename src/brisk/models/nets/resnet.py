@@ -10,8 +10,10 @@ from torch import nn
 from torchvision.models import resnet18
 
 
-def cifar_resnet18(num_classes: int = 10) -> nn.Module:
+def cifar_resnet18(num_classes: int = 10, dropout: float = 0.0) -> nn.Module:
     net = resnet18(weights=None, num_classes=num_classes)
     net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
     net.maxpool = nn.Identity()
+    # Dropout of the pooled features entering fc; beside the pool, so the state_dict keys stay torchvision's.
+    net.avgpool = nn.Sequential(net.avgpool, nn.Dropout(dropout))
     return net

@@ -21,15 +21,17 @@ class SimpleCNN(nn.Sequential):
     Pooling from the first block keeps it cheap: ~10 MMAC per image at width 32.
 
     `norm=False` gives a BatchNorm-free net, whose per-sample independence lets tests compare
-    DDP and accumulation against a single big batch exactly.
+    DDP and accumulation against a single big batch exactly. `dropout` is the drop probability of the
+    features entering the linear head (0: none).
     """
 
-    def __init__(self, num_classes: int = 10, width: int = 32, norm: bool = True) -> None:
+    def __init__(self, num_classes: int = 10, width: int = 32, norm: bool = True, dropout: float = 0.0) -> None:
         super().__init__(
             *_block(3, width, norm, pool=True),
             *_block(width, 2 * width, norm, pool=True),
             *_block(2 * width, 4 * width, norm, pool=True),
             nn.AdaptiveAvgPool2d(1),
             nn.Flatten(),
+            nn.Dropout(dropout),
             nn.Linear(4 * width, num_classes),
         )

@@ -1,0 +1,116 @@
+"""RunPlots: PNGs of a run in its directory: loss and accuracy by epoch, the LR schedule, the test confusion matrix.
+
+Nothing is drawn while training. The loop only leaves what it already computed: the epoch metrics
+Lightning holds in `trainer.callback_metrics` (read once per epoch) and the learning rate of each
+optimizer step (a Python float from the optimizer's groups: no device sync). Drawing happens after
+fit and after test, on rank 0; matplotlib is imported only then. The history is kept in checkpoints
+(plain floats), so a resumed run draws its whole curves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import torch
+
+CURVES = {"loss": ("train/loss_epoch", "val/loss"), "accuracy": ("train/acc", "val/acc")}
+
+
+def _figure(**kw):
+    from matplotlib.figure import Figure  # a Figure without pyplot: no GUI backend, no global state
+
+    fig = Figure(figsize=kw.pop("figsize", (5, 3.5)))
+    return fig, fig.add_subplot()
+
+
+class RunPlots(L.Callback):
+    def __init__(self, dirpath: str) -> None:
+        self.dirpath = Path(dirpath)
+        self.epochs: dict[int, dict[str, float]] = {}
+        self.lrs: list[tuple[int, list[float]]] = []
+
+    def state_dict(self) -> dict:
+        return {"epochs": self.epochs, "lrs": self.lrs}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.epochs, self.lrs = dict(state_dict["epochs"]), list(state_dict["lrs"])
+
+    def _record_epoch(self, trainer: L.Trainer, epoch: int) -> None:
+        keys = {k for pair in CURVES.values() for k in pair}
+        values = {k: float(v) for k, v in trainer.callback_metrics.items() if k in keys}
+        if epoch >= 0 and values:
+            self.epochs[epoch] = values
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The epoch before has ended with its validation; its values are all in callback_metrics now. (During
+        # on_train_epoch_end they are not: the LightningModule logs train/acc after the callbacks' hook.)
+        self._record_epoch(trainer, trainer.current_epoch - 1)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if not self.lrs or self.lrs[-1][0] != trainer.global_step:
+            self.lrs.append((trainer.global_step, [g["lr"] for o in trainer.optimizers for g in o.param_groups]))
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._record_epoch(trainer, trainer.current_epoch - 1)  # the epoch counter has already moved on
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self.dirpath.mkdir(parents=True, exist_ok=True)
+            for name, keys in CURVES.items():
+                self._curves(name, keys)
+            self._lr()
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        confusion = getattr(pl_module, "test_confusion", None)
+        if confusion is None or not confusion.update_called:
+            return
+        matrix = confusion.compute().cpu()  # on every rank: compute gathers the counts of all ranks
+        confusion.reset()
+        if trainer.is_global_zero:
+            self.dirpath.mkdir(parents=True, exist_ok=True)
+            self._confusion(matrix)
+
+    def _curves(self, name: str, keys: tuple[str, str]) -> None:
+        fig, ax = _figure()
+        for key in keys:
+            points = [(e, v[key]) for e, v in sorted(self.epochs.items()) if key in v]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="o", label=key.removesuffix("_epoch"))
+        ax.set_xlabel("epoch")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_ylabel(name)
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(self.dirpath / f"{name}.png", dpi=100)
+
+    def _lr(self) -> None:
+        fig, ax = _figure()
+        if self.lrs:
+            steps = [s for s, _ in self.lrs]
+            series = list(zip(*(lrs for _, lrs in self.lrs), strict=True))
+            for i, group in enumerate(series):
+                if group not in series[:i]:  # groups that share the schedule are drawn once
+                    ax.plot(steps, group, label=f"param group {i}")
+            ax.legend()
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("learning rate")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(self.dirpath / "lr.png", dpi=100)
+
+    def _confusion(self, matrix: torch.Tensor) -> None:
+        n = matrix.shape[0]
+        fig, ax = _figure(figsize=(1.5 + 0.45 * n, 1 + 0.45 * n))
+        image = ax.imshow(matrix.numpy(), cmap="Blues")
+        fig.colorbar(image, ax=ax)
+        if n <= 20:
+            for i, row in enumerate(matrix.tolist()):
+                for j, count in enumerate(row):
+                    ax.text(j, i, count, ha="center", va="center", fontsize=7)
+        ax.set_xlabel("predicted")
+        ax.set_ylabel("true")
+        ax.set_title("test confusion matrix")
+        fig.tight_layout()
+        fig.savefig(self.dirpath / "confusion_matrix.png", dpi=100)
