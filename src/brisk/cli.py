@@ -41,9 +41,10 @@ def user_errors(task):
     return wrapper
 
 
-def _numeric_groups() -> set[str]:
+@functools.cache  # the lab quotes every lever's overrides: read the folder once
+def _numeric_groups() -> frozenset[str]:
     """Config groups that have an option named by a number, such as precision=32 or accumulation=4."""
-    return {p.parent.name for p in Path(CONFIG_PATH).glob("*/*.yaml") if p.stem.isdigit()}
+    return frozenset(p.parent.name for p in Path(CONFIG_PATH).glob("*/*.yaml") if p.stem.isdigit())
 
 
 def quote_group_options(args: list[str]) -> list[str]:
