@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 ARGS    ?=
 
-.PHONY: train test test-all demo lint bench clean
+.PHONY: train test test-all demo lint bench rename clean
 
 $(BIN)/brisk-train: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -36,8 +36,13 @@ bench: $(VENV)/.plots  ## the speed lab: tables and plots in logs/bench/ (ARGS=p
 	$(BIN)/brisk-bench $(ARGS)
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff format --check src tests scripts
+
+# The installed package keeps the old name: uninstall it so the next make installs the new one.
+rename:  ## make the clone your own project: make rename NAME=<new_name>
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY)) scripts/rename.py "$(NAME)"
+	@if [ -x $(BIN)/pip ]; then $(BIN)/pip uninstall -q -y brisk; rm -f $(VENV)/.dev $(VENV)/.plots; fi
 
 clean:
 	rm -rf $(VENV) logs .pytest_cache

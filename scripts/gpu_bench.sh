@@ -4,7 +4,7 @@
 #   scripts/gpu_bench.sh [OUT] [more brisk-bench overrides...]
 #
 # OUT defaults to logs/gpu_bench/<date>_<time>. It sets up .venv if brisk or matplotlib is missing,
-# then runs `brisk-bench preset=gpu` (conf/preset/gpu.yaml) on generated data of CIFAR-10's shapes:
+# then runs `brisk-bench preset=gpu` (src/brisk/lab/conf/preset/gpu.yaml) on generated data of CIFAR-10's shapes:
 # the input pipeline, brisk vs a plain loop, airbench's net at batch 1024 in fp16/bf16 next to the
 # ~154k images/s of airbench94, and the lever sweep. With several GPUs it adds 1 vs all GPUs.
 # The lab stops at LIMIT seconds (default 420); bench.json is rewritten after each part, so what

@@ -89,7 +89,7 @@ def tiny_bench(brisk_root):
 def test_plain_loop_and_brisk_fit_reach_the_same_loss(tiny_bench):
     data = DataCache()
     brisk = measure_fit(tiny_bench, warmup=1, steps=4, data=data)
-    plain = plain_loop(tiny_bench, warmup=1, steps=4, data=data)
+    plain = plain_loop(tiny_bench, warmup=1, steps=4)
     assert brisk["batches"] == plain["batches"] == 4
     assert brisk["images_per_sec"] > 0 and plain["images_per_sec"] > 0
     assert brisk["loss"] == pytest.approx(plain["loss"], rel=1e-5), "same seed, same batches, same steps"

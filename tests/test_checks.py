@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import lightning as L
 import pytest
 import torch
 
@@ -108,3 +109,24 @@ def test_eval_missing_checkpoint(brisk_root):
     args = ["data=synthetic", "trainer=cpu", "ckpt_path=/nonexistent.ckpt"]
     proc = run_cli("evaluate", args, brisk_root, check=False)
     assert_user_error(proc, "ckpt_path=/nonexistent.ckpt: no such file")
+
+
+@pytest.mark.parametrize(
+    "value, name",
+    [
+        ("16", "16-mixed"),
+        (16, "16-mixed"),
+        ("bf16", "bf16-mixed"),
+        ("32", "32-true"),
+        ("64", "64-true"),
+        ("transformer-engine", "transformer-engine"),
+        ("transformer-engine-float16", "transformer-engine-float16"),
+    ],
+)
+def test_precision_names_lightning_accepts_pass(value, name):
+    """Lightning's aliases and transformer-engine names, refused before, pass and map as Lightning maps them."""
+    checks.precision(value)  # refused before for 16, 16, bf16 and transformer-engine-float16
+    assert checks.precision_name(value) == name
+    if name in ("bf16-mixed", "32-true", "64-true"):  # what a CPU runs as asked (16 turns into bf16 there)
+        trainer = L.Trainer(precision=value, accelerator="cpu", logger=False, enable_progress_bar=False)
+        assert trainer.precision == name

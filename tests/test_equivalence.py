@@ -84,7 +84,7 @@ def test_every_precision_trains_on_cpu(precision, brisk_root):
         ],
         brisk_root,
     )
-    trainer, datamodule, model, _ = build(cfg)
+    trainer, datamodule, model = build(cfg)
     before = [p.detach().clone() for p in model.net.parameters()]
     trainer.fit(model, datamodule=datamodule)
     loss = trainer.callback_metrics["train/loss_step"]

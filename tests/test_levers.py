@@ -24,7 +24,7 @@ def fit(overrides: list[str], root, extra_callbacks=()):
     """An in-process fit of the tiny config, writing under `root` (a `project` fixture: a fresh output directory)."""
     cfg = compose_cfg([*QUICK, "callbacks.plots=null", *overrides], root)  # plots: drawn in the CLI run below
     L.seed_everything(0)
-    trainer, datamodule, model, _ = build(cfg)
+    trainer, datamodule, model = build(cfg)
     trainer.callbacks.extend(extra_callbacks)
     trainer.fit(model, datamodule=datamodule)
     return cfg, trainer, datamodule, model

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import csv
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
+import brisk
+from brisk.callbacks.startup import process_age
 from conftest import TINY, read_summary, run_cli, run_dir_of
 
 SUMMARY_FIELDS = {
     "metrics",
     "images_per_sec",
     "fit_seconds",
+    "startup_seconds",
     "precision",
     "world_size",
     "per_device_batch",
@@ -42,6 +46,15 @@ def test_summary_has_the_fields(trained):
     assert (run_dir / ".hydra" / "config.yaml").is_file()
     assert s["last_ckpt_path"] == str(run_dir / "checkpoints" / "last.ckpt") and Path(s["last_ckpt_path"]).is_file()
     assert Path(s["ckpt_path"]).name.startswith("best-")
+
+
+def test_startup_clock_counts_from_the_process_start():
+    """Before brisk was imported the interpreter had started already; the clock must see that time too."""
+    since_import = time.time() - brisk.IMPORTED_AT
+    age = process_age()
+    assert since_import - 0.02 <= age < since_import + 600
+    time.sleep(0.1)
+    assert 0.08 <= process_age() - age < 5
 
 
 def test_simple_cnn_learns(trained):

@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from brisk import checks, distributed, preflight, rundir
-from brisk.callbacks import DivergenceGuard, ResumeState, SigtermCheckpoint, SpeedMeter
+from brisk.callbacks import DivergenceGuard, ResumeState, SigtermCheckpoint, SpeedMeter, StartupClock
 from brisk.checkpoint_io import SafeCheckpointIO
 
 
@@ -70,9 +70,9 @@ def build_model(cfg: DictConfig) -> L.LightningModule:
     return instantiate(cfg.model, optimizer=cfg.optimizer, scheduler=cfg.get("scheduler"), _recursive_=False)
 
 
-def build(cfg: DictConfig) -> tuple[L.Trainer, L.LightningDataModule, L.LightningModule, SpeedMeter]:
-    speed = SpeedMeter()
-    # Always on, whatever the callbacks group says: exact resume, NaN stop, checkpoint on SIGTERM.
-    reliability = [ResumeState(), DivergenceGuard(), SigtermCheckpoint()]
+def build(cfg: DictConfig) -> tuple[L.Trainer, L.LightningDataModule, L.LightningModule]:
+    # Always on, whatever the callbacks group says: the measurements in summary.json (find them in
+    # trainer.callbacks), exact resume, NaN stop, checkpoint on SIGTERM.
+    always = [SpeedMeter(), StartupClock(), ResumeState(), DivergenceGuard(), SigtermCheckpoint()]
     datamodule = build_datamodule(cfg)  # first: the pre-flight checks read the data through it
-    return build_trainer(cfg, [speed, *reliability], datamodule), datamodule, build_model(cfg), speed
+    return build_trainer(cfg, always, datamodule), datamodule, build_model(cfg)

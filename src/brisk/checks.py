@@ -13,20 +13,9 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from brisk import compat
 from brisk.errors import BriskError
 
-PRECISIONS = (
-    "auto",
-    "32",
-    "32-true",
-    "64",
-    "64-true",
-    "16-mixed",
-    "bf16-mixed",
-    "16-true",
-    "bf16-true",
-    "transformer-engine",
-)
 # ckpt_path values that Lightning resolves itself rather than reading as a file name.
 CKPT_KEYWORDS = ("last", "hpc")
 INT, NUM, BOOL = "a whole number", "a number", "true or false"
@@ -111,11 +100,18 @@ def last_checkpoint(cfg: DictConfig) -> None:
         )
 
 
-def precision(value) -> None:
-    if str(value) not in PRECISIONS:
+def precision_name(value) -> str:
+    """The name Lightning runs a precision flag under (`16` -> `16-mixed`); `auto` (brisk's own) stays `auto`."""
+    flags = {"auto": "auto", **compat.precision_flags()}
+    if str(value) not in flags:
         raise BriskError(
-            f"trainer.precision={value} is unknown. Choose one of: {', '.join(PRECISIONS)} (e.g. precision=bf16-mixed)."
+            f"trainer.precision={value} is unknown. Choose one of: {', '.join(flags)} (e.g. precision=bf16-mixed)."
         )
+    return flags[str(value)]
+
+
+def precision(value) -> None:
+    precision_name(value)
 
 
 def accumulation(value, callbacks: DictConfig | None) -> None:

@@ -15,7 +15,9 @@ from omegaconf import OmegaConf
 from brisk import distributed, rundir
 from brisk.errors import BriskError
 
-CONFIG_PATH = str(Path(__file__).resolve().parents[2] / "conf")
+# brisk/conf links to the repo's top-level conf/ (a source checkout, an editable install); a wheel holds a copy
+# there. Resolved, so a checkout's commands name conf/ itself.
+CONFIG_PATH = str((Path(__file__).resolve().parent / "conf").resolve())
 # ${brisk_run_id:} in conf/hydra/default.yaml: the run directory's name, shared by all ranks of a job.
 OmegaConf.register_new_resolver("brisk_run_id", distributed.run_id, use_cache=True, replace=True)
 log = logging.getLogger("brisk")
@@ -67,9 +69,10 @@ def out_of_memory(e: BaseException, cfg) -> BriskError | None:
     )
 
 
-def _numeric_groups() -> set[str]:
+@functools.cache  # the lab quotes every lever's overrides: read the folder once
+def _numeric_groups() -> frozenset[str]:
     """Config groups that have an option named by a number, such as precision=32 or accumulation=4."""
-    return {p.parent.name for p in Path(CONFIG_PATH).glob("*/*.yaml") if p.stem.isdigit()}
+    return frozenset(p.parent.name for p in Path(CONFIG_PATH).glob("*/*.yaml") if p.stem.isdigit())
 
 
 def quote_group_options(args: list[str]) -> list[str]:

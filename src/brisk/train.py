@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from brisk import checks, distributed, resume_check, rundir
 from brisk import summary as run_summary
 from brisk.builder import build, resolve_precision
+from brisk.callbacks import SpeedMeter, StartupClock
 from brisk.callbacks.final import checkpoint_to_test
 from brisk.cli import entry_point
 from brisk.models.sparsity import sparsity
@@ -27,11 +28,10 @@ def train(cfg: DictConfig) -> float | None:
     if resume_check.nothing_to_do(cfg, ckpt_path, run_dir):  # a resume is first compared with its run's config
         return None
     L.seed_everything(cfg.seed, workers=True)
-    trainer, datamodule, model, speed = build(cfg)
+    trainer, datamodule, model = build(cfg)
     requested = str(cfg.trainer.precision)
-    if resolve_precision(requested, str(cfg.trainer.accelerator)).replace("-true", "") != trainer.precision.replace(
-        "-true", ""
-    ):  # e.g. 16-mixed on CPU, which Lightning runs as bf16-mixed with only a warning
+    if checks.precision_name(resolve_precision(requested, str(cfg.trainer.accelerator))) != trainer.precision:
+        # e.g. 16-mixed on CPU, which Lightning runs as bf16-mixed with only a warning
         log.warning("precision=%s is not available here: running as %s", requested, trainer.precision)
     else:
         log.info("precision: %s (requested %s)", trainer.precision, requested)
@@ -50,6 +50,7 @@ def train(cfg: DictConfig) -> float | None:
     metrics = run_summary.scalars({**fit_metrics, **trainer.callback_metrics})
 
     per_device = cfg.data.batch_size // trainer.world_size
+    speed, startup = (next(c for c in trainer.callbacks if isinstance(c, kind)) for kind in (SpeedMeter, StartupClock))
     if trainer.is_global_zero:
         run_summary.write(
             run_dir / "summary.json",
@@ -58,6 +59,7 @@ def train(cfg: DictConfig) -> float | None:
                 "metrics": metrics,
                 "images_per_sec": speed.images_per_sec,
                 "fit_seconds": fit_seconds,
+                "startup_seconds": startup.seconds,  # process start to the first training step
                 "epochs": trainer.current_epoch,
                 "global_step": trainer.global_step,
                 "precision": {"requested": requested, "effective": trainer.precision},

@@ -5,5 +5,15 @@ from brisk.callbacks.plots import RunPlots
 from brisk.callbacks.pruning import Pruning
 from brisk.callbacks.resume import ResumeState
 from brisk.callbacks.speed import SpeedMeter
+from brisk.callbacks.startup import StartupClock
 
-__all__ = ["DivergenceGuard", "LastCheckpoint", "Pruning", "ResumeState", "RunPlots", "SigtermCheckpoint", "SpeedMeter"]
+__all__ = [
+    "DivergenceGuard",
+    "LastCheckpoint",
+    "Pruning",
+    "ResumeState",
+    "RunPlots",
+    "SigtermCheckpoint",
+    "SpeedMeter",
+    "StartupClock",
+]

@@ -36,7 +36,7 @@ def measure_fit(cfg: DictConfig, warmup: int, steps: int, data: DataCache | None
     """Fit until the clock has `warmup` + `steps` batches; return the clock's figures and the fit's setup."""
     cfg = with_clock(cfg, warmup, steps)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    trainer, datamodule, model, _ = build(cfg)
+    trainer, datamodule, model = build(cfg)
     if data is not None:
         datamodule = data.get(cfg.data, datamodule)
     start = time.perf_counter()

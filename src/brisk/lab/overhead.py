@@ -15,9 +15,12 @@ def compare(cfg: DictConfig, warmup: int, steps: int, rounds: int, data: DataCac
     """Both sides start from the same seed, so after the same steps they should hold the same loss."""
     brisk, plain = [], []
     for r in range(rounds):
-        sides = [(brisk, measure_fit), (plain, plain_loop)]
+        sides = [
+            (brisk, lambda: measure_fit(cfg, warmup, steps, data)),
+            (plain, lambda: plain_loop(cfg, warmup, steps)),
+        ]
         for results, run in in_turn(sides, r):
-            results.append(run(cfg, warmup, steps, data))
+            results.append(run())
     fast = [r["images_per_sec"] for r in brisk]
     bare = [r["images_per_sec"] for r in plain]
     loss_brisk, loss_plain = brisk[0]["loss"], plain[0]["loss"]

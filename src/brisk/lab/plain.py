@@ -1,10 +1,9 @@
 """The same work as a brisk fit, as a bare PyTorch loop: the yardstick for framework overhead.
 
-Same net (built by brisk's builder from the same seed), same batches (brisk's loader and on-device
-augmentation), same optimizer (the LightningModule's own configure_optimizers), same loss, in the
-order Lightning runs them: forward, zero_grad, backward, step. Nothing else: no logging, no
-metrics, no callbacks, no progress bar.
-"""
+Same model (built by brisk's builder from the same seed, called as a module), same batches (a DataModule
+from the same config: its loader and on-device augmentation), same optimizer (the LightningModule's own
+configure_optimizers), same loss, in the order Lightning runs them: forward, zero_grad, backward, step.
+Nothing else: no logging, no metrics, no callbacks, no progress bar."""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ from brisk.builder import build_datamodule, build_model, resolve_precision
 from brisk.data import augment as aug
 from brisk.errors import BriskError
 from brisk.lab.clock import Window
-from brisk.lab.fit import DataCache
 from brisk.lab.memory import PeakMemory
 
 
@@ -45,7 +43,7 @@ def _autocast(precision: str, device: torch.device):
     )
 
 
-def plain_loop(cfg: DictConfig, warmup: int, steps: int, data: DataCache | None = None) -> dict:
+def plain_loop(cfg: DictConfig, warmup: int, steps: int) -> dict:
     if cfg.get("scheduler"):
         raise BriskError(
             "scheduler: the plain loop steps the optimizer only. Run the overhead part with scheduler=none."
@@ -58,15 +56,13 @@ def plain_loop(cfg: DictConfig, warmup: int, steps: int, data: DataCache | None 
     autocast, scaler = _autocast(resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator)), device)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     model = build_model(cfg)
+    # Its own DataModule, never one a fit has used (that one would follow its Trainer's epoch and rank).
     datamodule = build_datamodule(cfg)
-    if data is not None:
-        datamodule = data.get(cfg.data, datamodule)
-    datamodule.trainer = None  # a DataModule last used by a fit would take that Trainer's epoch and rank
     datamodule.prepare_data()
     datamodule.setup("fit")
     channels_last = datamodule.hparams.channels_last
-    net = model.net.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
-    net.train()
+    model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
+    model.train()
     optimizer = model.configure_optimizers()
     smoothing = model.hparams.label_smoothing
 
@@ -82,7 +78,7 @@ def plain_loop(cfg: DictConfig, warmup: int, steps: int, data: DataCache | None 
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             x = aug.normalize(aug.augment(x, **datamodule.hparams.augment), channels_last=channels_last)
             with autocast():
-                loss = F.cross_entropy(net(x), y, label_smoothing=smoothing)
+                loss = F.cross_entropy(model(x), y, label_smoothing=smoothing)
             optimizer.zero_grad()
             if scaler is None:
                 loss.backward()
