@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -26,14 +27,15 @@ def search(sweeper, arguments: list[str]) -> list[Any]:
     """Run `hydra.sweeper.n_trials` trials in the study (counting those a previous run finished)."""
     from optuna.trial import TrialState
 
-    settings, config = OmegaConf.create(sweeper.settings), sweeper.config
-    for key in ("n_trials", "n_jobs"):
-        if not isinstance(settings[key], int) or settings[key] < 1:
-            raise BriskError(f"hydra.sweeper.{key}={settings[key]} must be a whole number >= 1.")
+    # A namespace, not a DictConfig: Hydra has already instantiated a sampler or pruner given with a `_target_`.
+    settings, config = SimpleNamespace(**sweeper.settings), sweeper.config
+    for key in ("n_trials", "n_jobs", "max_failures"):
+        if not isinstance(getattr(settings, key), int) or getattr(settings, key) < 1:
+            raise BriskError(f"hydra.sweeper.{key}={getattr(settings, key)} must be a whole number >= 1.")
     sweep_dir = Path(config.hydra.sweep.dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(config, sweep_dir / "multirun.yaml")
-    params = OmegaConf.to_container(settings.params, resolve=True) if settings.params else {}
+    params = OmegaConf.to_container(settings.params, resolve=True) if settings.params is not None else {}
     trial_space = space.parse(params, arguments)
     url = studies.storage_url(settings.storage, sweep_dir)
     study = studies.create(settings, url, trial_space.grid)
@@ -57,6 +59,9 @@ def search(sweeper, arguments: list[str]) -> list[Any]:
                 f"Their errors are in {sweep_dir / 'sweep_summary.csv'}; fix the cause or raise the cap, then run the "
                 "same command with the same storage and study name to resume."
             )
+        if hasattr(study.sampler, "is_exhausted") and study.sampler.is_exhausted(study):
+            log.info("every point of the grid has been tried")
+            break
     if studies.finished(study) == before:
         log.info("nothing to do: raise hydra.sweeper.n_trials (now %d) to search further", settings.n_trials)
     results.write(study, trial_space, config, url)

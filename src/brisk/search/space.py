@@ -67,7 +67,9 @@ def parse(params: dict[str, Any] | None, arguments: list[str]) -> Space:
     space = Space()
     by_key: dict[str, Override] = {}
     for override in parsed:
-        by_key[override.get_key_element()] = override  # later (command line) replaces earlier (params)
+        key = override.get_key_element()
+        by_key.pop(key, None)  # the command line replaces params, and keeps its own order
+        by_key[key] = override
     for key, override in by_key.items():
         if override.is_sweep_override():
             space.distributions[key] = distribution(key, override.value())

@@ -50,6 +50,8 @@ def open_storage(url: str):
 
 
 def _from_spec(spec: Any, key: str, base: type, names: tuple[str, ...]):
+    if isinstance(spec, base):  # Hydra instantiates a `_target_` given in hydra.sweeper before brisk sees it
+        return spec
     if isinstance(spec, DictConfig | dict) and str(spec.get("_target_", "")).startswith("optuna."):
         obj = instantiate(spec)
         if isinstance(obj, base):
@@ -80,11 +82,18 @@ def sampler(spec: Any, seed: int, grid: dict[str, list] | None = None):
     if spec == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if spec == "grid":
-        return optuna.samplers.GridSampler(grid or {}, seed=seed)
+
+        class Grid(optuna.samplers.GridSampler):
+            # Optuna's GridSampler calls study.stop() once the grid is done, which raises outside study.optimize
+            # (optuna 5.1); brisk's loop asks `is_exhausted` instead.
+            def after_trial(self, study, trial, state, values) -> None:
+                pass
+
+        return Grid(grid or {}, seed=seed)
     return _from_spec(spec, "sampler", optuna.samplers.BaseSampler, SAMPLERS)
 
 
-def create(settings: DictConfig, url: str, grid_space=None):
+def create(settings, url: str, grid_space=None):
     """Create the study, or load it when the storage already holds one by that name."""
     import optuna
 
