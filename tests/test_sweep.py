@@ -31,8 +31,18 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(project):
 
 def test_sweep_plot_draws_the_metric_against_each_parameter_that_differs(tmp_path):
     rows = [
-        {"status": "completed", "value": "0.5", "metric": "val/acc_best", "overrides": "data=synthetic optimizer.lr=0.01"},
-        {"status": "completed", "value": "0.6", "metric": "val/acc_best", "overrides": "data=synthetic optimizer.lr=0.1"},
+        {
+            "status": "completed",
+            "value": "0.5",
+            "metric": "val/acc_best",
+            "overrides": "data=synthetic optimizer.lr=0.01",
+        },
+        {
+            "status": "completed",
+            "value": "0.6",
+            "metric": "val/acc_best",
+            "overrides": "data=synthetic optimizer.lr=0.1",
+        },
         {"status": "failed", "value": "", "metric": "val/acc_best", "overrides": "data=synthetic optimizer.lr=9"},
     ]
     assert sweep_plot.swept(rows) == {"optimizer.lr": ["0.01", "0.1", "9"]}

@@ -5,6 +5,7 @@ best trial printed as a ready-to-paste override line. All of them cover the whol
 from __future__ import annotations
 
 import logging
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -50,14 +51,17 @@ def write(study, trial_space, config: DictConfig, url: str) -> None:
 
 def importances(study) -> dict[str, float]:
     """Optuna's parameter importances (PED-ANOVA by default in optuna 5; needs no scikit-learn), or {} while
-    there are too few completed trials to say."""
+    there are too few completed trials to tell parameters apart (Optuna then warns and returns equal values)."""
     import optuna
 
-    try:
-        return optuna.importance.get_param_importances(study)
-    except (ValueError, RuntimeError) as e:
-        log.info("no parameter importances yet: %s", e)
-        return {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            values = optuna.importance.get_param_importances(study)
+        except (ValueError, RuntimeError) as e:
+            log.info("no parameter importances yet: %s", e)
+            return {}
+    return values if len(set(values.values())) > 1 else {}
 
 
 def plot(study, trials, path: Path, metric: str) -> None:
@@ -92,7 +96,8 @@ def plot(study, trials, path: Path, metric: str) -> None:
     history.xaxis.get_major_locator().set_params(integer=True)
     history.set_xlabel(f"trial (red lines: {len(failed)} failed)")
     history.set_ylabel(metric)
-    history.legend(fontsize=8)
+    if history.get_legend_handles_labels()[0]:
+        history.legend(fontsize=8)
     values = importances(study)
     if values:
         names = list(values)[::-1]
