@@ -6,6 +6,7 @@ import csv
 import subprocess
 import sys
 
+from brisk.search import sweep_plot
 from conftest import TINY, read_summary, run_cli
 
 
@@ -24,6 +25,29 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(project):
     assert "data.val_size=99999" in rows[0]["overrides"] and "val_size" in rows[0]["error"]
     assert rows[1]["metric"] == "val/acc_best" and 0 < float(rows[1]["value"]) <= 1
     assert float(rows[1]["value"]) == read_summary(table.parent / "1")["metrics"]["val/acc_best"]
+    plot = table.parent / "sweep_plot.png"  # drawn after each job, so a sweep that fails still has it
+    assert plot.stat().st_size > 1000 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_plot_draws_the_metric_against_each_parameter_that_differs(tmp_path):
+    rows = [
+        {
+            "status": "completed",
+            "value": "0.5",
+            "metric": "val/acc_best",
+            "overrides": "data=synthetic optimizer.lr=0.01",
+        },
+        {
+            "status": "completed",
+            "value": "0.6",
+            "metric": "val/acc_best",
+            "overrides": "data=synthetic optimizer.lr=0.1",
+        },
+        {"status": "failed", "value": "", "metric": "val/acc_best", "overrides": "data=synthetic optimizer.lr=9"},
+    ]
+    assert sweep_plot.swept(rows) == {"optimizer.lr": ["0.01", "0.1", "9"]}
+    sweep_plot.write(rows, tmp_path / "sweep_plot.png")
+    assert (tmp_path / "sweep_plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_runs_started_in_the_same_second_get_different_directories(project):

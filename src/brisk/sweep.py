@@ -2,13 +2,15 @@
 
 Hydra's basic sweeper runs every job of a batch even when one fails, then re-raises the first
 failure, so the sweep exits non-zero. This callback records each job as it ends, so the table is
-complete (and readable mid-sweep) even then.
+complete (and readable mid-sweep) even then, and redraws sweep_plot.png: the optimized metric
+against each parameter that differs between jobs.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +20,34 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from brisk import compat
+from brisk.search import sweep_plot
 
 FIELDS = ["job", "status", "metric", "value", "run_dir", "overrides", "error"]
+
+
+def outcome(job_return: JobReturn) -> tuple[str, Any, str]:
+    """(status, value, error) of a finished job: completed, failed, or pruned (an Optuna search stopped it)."""
+    if job_return.status == JobStatus.COMPLETED:
+        return "completed", job_return.return_value, ""
+    error = compat.job_error(job_return)
+    optuna = sys.modules.get("optuna")  # imported by then if a search pruned the job
+    status = "pruned" if optuna is not None and isinstance(error, optuna.TrialPruned) else "failed"
+    return status, None, f"{type(error).__name__}: {error}"
 
 
 class SweepSummary(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if config.hydra.mode != RunMode.MULTIRUN:
             return
-        failed = job_return.status != JobStatus.COMPLETED
-        value = None if failed else job_return.return_value
+        status, value, error = outcome(job_return)
         row = {
             "job": config.hydra.job.num,
-            "status": "failed" if failed else "completed",
+            "status": status,
             "metric": config.get("optimized_metric"),
             "value": "" if value is None else value,
             "run_dir": config.hydra.runtime.output_dir,
             "overrides": " ".join(job_return.overrides or []),
-            "error": f"{type(compat.job_error(job_return)).__name__}: {compat.job_error(job_return)}" if failed else "",
+            "error": error,
         }
         path = Path(config.hydra.sweep.dir) / "sweep_summary.csv"
         rows = list(csv.DictReader(path.open())) if path.is_file() else []
@@ -46,3 +58,5 @@ class SweepSummary(Callback):
         tmp = path.with_suffix(".csv.tmp")  # rewrite whole and rename: never a half-written table
         tmp.write_text(buf.getvalue())
         tmp.replace(path)
+        # Redrawn after every job, not at the end: a sweep with a failed job never reaches on_multirun_end.
+        sweep_plot.write([*rows, row], path.with_name("sweep_plot.png"))

@@ -84,6 +84,10 @@ def train(cfg: DictConfig) -> float | None:
 
 @entry_point("train")
 def main(cfg: DictConfig) -> float | None:
+    if cfg.get("tune"):  # tune=lr|batch_size: Lightning's finders instead of training
+        from brisk.search.tune import tune
+
+        return tune(cfg)
     return train(cfg)
 
 

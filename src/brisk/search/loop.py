@@ -1,0 +1,114 @@
+"""The search: ask Optuna for a batch of trials, launch them as Hydra jobs, tell Optuna how each ended.
+
+Trial N runs as Hydra job number N (its directory is <sweep dir>/N), which is how the trial's own
+process finds its trial (brisk.search.report). A search killed at any point resumes with the same
+command: trials that ended stay as they are, and trials it left running are failed and asked again.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from brisk.errors import BriskError
+from brisk.search import results, space
+from brisk.search import study as studies
+from brisk.sweep import outcome
+
+log = logging.getLogger("brisk")
+
+
+def search(sweeper, arguments: list[str]) -> list[Any]:
+    """Run `hydra.sweeper.n_trials` trials in the study (counting those a previous run finished)."""
+    from optuna.trial import TrialState
+
+    # A namespace, not a DictConfig: Hydra has already instantiated a sampler or pruner given with a `_target_`.
+    settings, config = SimpleNamespace(**sweeper.settings), sweeper.config
+    for key in ("n_trials", "n_jobs", "max_failures"):
+        if not isinstance(getattr(settings, key), int) or getattr(settings, key) < 1:
+            raise BriskError(f"hydra.sweeper.{key}={getattr(settings, key)} must be a whole number >= 1.")
+    sweep_dir = Path(config.hydra.sweep.dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(config, sweep_dir / "multirun.yaml")
+    params = OmegaConf.to_container(settings.params, resolve=True) if settings.params is not None else {}
+    trial_space = space.parse(params, arguments)
+    url = studies.storage_url(settings.storage, sweep_dir)
+    study = studies.create(settings, url, trial_space.grid)
+    studies.recover(study)
+    before = studies.finished(study)
+    log.info("study %s in %s: %d of %d trials done", settings.study_name, url, before, settings.n_trials)
+
+    returns, failures = [], 0
+    while (left := settings.n_trials - studies.finished(study)) > 0:
+        batch = [study.ask(trial_space.distributions) for _ in range(min(settings.n_jobs, left))]
+        for trial in batch:
+            trial.set_user_attr(studies.OWNER, studies.owner())
+        for trial, ret in _launch(sweeper, trial_space, batch):
+            state = _tell(study, trial.number, ret)
+            returns.append(ret)
+            failures += state == TrialState.FAIL
+        if failures >= settings.max_failures:
+            results.write(study, trial_space, config, url)
+            raise BriskError(
+                f"the search stopped: {failures} trials failed (hydra.sweeper.max_failures={settings.max_failures}). "
+                f"Their errors are in {sweep_dir / 'sweep_summary.csv'}; fix the cause or raise the cap, then run the "
+                "same command with the same storage and study name to resume."
+            )
+        if hasattr(study.sampler, "is_exhausted") and study.sampler.is_exhausted(study):
+            log.info("every point of the grid has been tried")
+            break
+    if studies.finished(study) == before:
+        log.info("nothing to do: raise hydra.sweeper.n_trials (now %d) to search further", settings.n_trials)
+    results.write(study, trial_space, config, url)
+    return returns
+
+
+def _launch(sweeper, trial_space, batch) -> list[tuple[Any, Any]]:
+    """Launch the batch; each launch call takes consecutive job numbers, so a gap in trial numbers (another
+    process asked in between) splits the batch. A trial whose overrides do not compose is not launched."""
+    launched, runnable = [], []
+    for trial in batch:
+        overrides = trial_space.overrides(trial.params)
+        try:
+            sweeper.validate_batch_is_legal([overrides])
+            runnable.append((trial, overrides))
+        except Exception as e:  # Hydra's compose errors: an unknown option or key in this trial's values
+            launched.append((trial, e))
+    runs: list[list] = []
+    for trial, overrides in runnable:
+        if runs and runs[-1][-1][0].number + 1 == trial.number:
+            runs[-1].append((trial, overrides))
+        else:
+            runs.append([(trial, overrides)])
+    for run in runs:
+        rets = sweeper.launcher.launch([o for _, o in run], initial_job_idx=run[0][0].number)
+        launched += [(trial, ret) for (trial, _), ret in zip(run, rets, strict=True)]
+    return sorted(launched, key=lambda pair: pair[0].number)
+
+
+def _tell(study, number: int, ret):
+    """Record how the job ended; returns the trial's state."""
+    from optuna.trial import TrialState
+
+    if isinstance(ret, Exception):
+        status, value, error = "failed", None, f"{type(ret).__name__}: {ret}"
+    else:
+        status, value, error = outcome(ret)
+    if status == "completed" and (not isinstance(value, int | float) or not math.isfinite(value)):
+        status, error = "failed", f"the job returned {value!r}, not a number (is optimized_metric logged?)"
+    if status == "completed":
+        study.tell(number, float(value))
+        log.info("trial %d: %s", number, value)
+        return TrialState.COMPLETE
+    if status == "pruned":
+        study.tell(number, state=TrialState.PRUNED)
+        log.info("trial %d: pruned (%s)", number, error)
+        return TrialState.PRUNED
+    study.tell(number, state=TrialState.FAIL)
+    log.warning("trial %d failed: %s", number, error)
+    return TrialState.FAIL

@@ -1,0 +1,97 @@
+"""brisk-train tune=lr|batch_size: Lightning's Tuner instead of training.
+
+The finder's value is printed as an override line (`optimizer.lr=0.0123`, `data.batch_size=256`), written
+to tune.json, and, for the LR finder, drawn in lr_find.png; then the run ends without training, so the
+value is a decision the user makes. Both finders run in one process: Lightning's BatchSizeFinder refuses
+distributed strategies, and LR finding under DDP would only repeat the same search on every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+
+import lightning as L
+from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.tuner import Tuner
+from omegaconf import DictConfig, OmegaConf
+
+from brisk import checks
+from brisk.builder import build_datamodule, build_model, build_trainer
+from brisk.errors import BriskError
+
+log = logging.getLogger("brisk")
+DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
+
+
+def refuse_distributed(cfg: DictConfig) -> None:
+    """Stop before any process starts if the config asks for more than one."""
+    trainer = cfg.trainer
+    processes = checks.device_count(trainer) * checks.num_nodes(trainer)
+    launched = max(int(os.environ.get(k, "1")) for k in ("WORLD_SIZE", "SLURM_NTASKS"))  # torchrun, srun
+    strategy = str(trainer.get("strategy", "auto")).lower()
+    if processes > 1 or launched > 1 or any(name in strategy for name in DISTRIBUTED):
+        raise BriskError(
+            f"tune={cfg.tune.method.removesuffix('_find').replace('scale_', '')} runs in one process, and this "
+            f"config asks for {max(processes, launched)} (trainer.devices x trainer.num_nodes, strategy={strategy}): "
+            "Lightning's batch-size finder refuses distributed strategies, and its LR finder would only repeat the "
+            "search on every rank. Run it with strategy=auto trainer.devices=1. data.batch_size is the global "
+            "batch: an LR found there holds for DDP with the same data.batch_size, and a batch size found there "
+            "is per device, so multiply it by the number of devices."
+        )
+
+
+def tune(cfg: DictConfig) -> None:
+    refuse_distributed(cfg)
+    L.seed_everything(cfg.seed, workers=True)
+    args = OmegaConf.to_container(cfg.tune, resolve=True)
+    method = args.pop("method")
+    trainer, datamodule, model = build_trainer(cfg), build_datamodule(cfg), build_model(cfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    tuner = Tuner(trainer)
+    result: dict = {"method": method, "args": args}
+    if method == "lr_find":
+        # update_attr=False: the LR lives in optimizer.lr of the config, which the finder cannot reach; brisk
+        # prints it instead. The finder sets each param group's LR itself, so it needs no attribute.
+        finder = tuner.lr_find(model, datamodule=datamodule, update_attr=False, **args)
+        lr = finder.suggestion() if finder is not None else None
+        if lr is None:
+            raise BriskError(
+                "the LR finder recorded too few finite losses to suggest a learning rate: raise tune.num_training "
+                "or lower tune.max_lr."
+            )
+        result["plot"] = _plot(finder, run_dir / "lr_find.png")
+        line = f"optimizer.lr={lr:.3g}"
+    elif method == "scale_batch_size":
+        # A batch larger than the training split yields no batches, which Lightning's power scaling counts as a
+        # success, and its max_val stops it on a size it never tried (lightning 2.6.6: 2048 "fits" 1500 images).
+        # So the doublings stop at the split's size (in whole batches, from the loader's length).
+        datamodule.setup("fit")
+        n_train = len(datamodule.train_dataloader()) * datamodule.hparams.batch_size
+        if n_train < args["init_val"]:
+            raise BriskError(f"tune.init_val={args['init_val']} is larger than the {n_train} training images.")
+        args["max_trials"] = min(args["max_trials"], int(math.log2(n_train / args["init_val"])) + 1)
+        # Lightning finds data.batch_size in the DataModule's hparams (lightning_getattr) and sets it there.
+        size = tuner.scale_batch_size(model, datamodule=datamodule, batch_arg_name="batch_size", **args)
+        line = f"data.batch_size={size}"
+    else:
+        raise BriskError(f"tune.method={method} is unknown: use tune=lr or tune=batch_size.")
+    result["override"] = line
+    (run_dir / "tune.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(line, flush=True)
+    print(run_dir, flush=True)  # the last line: the run directory
+
+
+def _plot(finder, path: Path) -> str | None:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        log.info("lr_find.png skipped: matplotlib is not installed (pip install -e '.[plots]')")
+        return None
+    fig = Figure(figsize=(5, 3.5), layout="constrained")
+    finder.plot(suggest=True, ax=fig.subplots())
+    fig.savefig(path, dpi=110)
+    return str(path)
