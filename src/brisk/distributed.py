@@ -87,14 +87,18 @@ def started_as(program: list[str], task):
 
     @functools.wraps(task)
     def job(*args, **kwargs):
-        global _entry
-        _entry = program
+        _record_entry(program)  # a call, not a `global` write: this function may be unpickled by value
         return task(*args, **kwargs)
 
     return job
 
 
 _entry: list[str] | None = None
+
+
+def _record_entry(program: list[str]) -> None:
+    global _entry
+    _entry = program
 
 
 def _child_command(rank: int) -> list[str]:

@@ -8,6 +8,7 @@ complete (and readable mid-sweep) even then.
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,15 @@ class SweepSummary(Callback):
             "overrides": " ".join(job_return.overrides or []),
             "error": f"{type(compat.job_error(job_return)).__name__}: {compat.job_error(job_return)}" if failed else "",
         }
-        path = Path(config.hydra.sweep.dir) / "sweep_summary.csv"
-        rows = list(csv.DictReader(path.open())) if path.is_file() else []
+        append(Path(config.hydra.sweep.dir) / "sweep_summary.csv", row)
+
+
+def append(path: Path, row: dict[str, Any]) -> None:
+    """Add a row to the table. Jobs of one sweep may end at the same moment in different processes (joblib,
+    submitit), so the read-modify-write holds an exclusive lock on a file beside the table."""
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        rows = list(csv.DictReader(io.StringIO(path.read_text()))) if path.is_file() else []
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=FIELDS)
         writer.writeheader()
