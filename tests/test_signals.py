@@ -16,7 +16,6 @@ from pathlib import Path
 import torch
 
 import brisk
-
 from background import background_train
 from conftest import TINY, processes_of, read_summary, run_cli
 

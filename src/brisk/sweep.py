@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import fcntl
 import io
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ FIELDS = ["job", "status", "metric", "value", "run_dir", "overrides", "error"]
 
 class SweepSummary(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        if config.hydra.mode != RunMode.MULTIRUN:
+        if config.hydra.mode != RunMode.MULTIRUN or _other_rank():
             return
         failed = job_return.status != JobStatus.COMPLETED
         value = None if failed else job_return.return_value
@@ -39,6 +40,12 @@ class SweepSummary(Callback):
             "error": f"{type(compat.job_error(job_return)).__name__}: {compat.job_error(job_return)}" if failed else "",
         }
         append(Path(config.hydra.sweep.dir) / "sweep_summary.csv", row)
+
+
+def _other_rank() -> bool:
+    """Where every rank runs the job (one SLURM task per device, e.g. hydra/launcher=slurm; torchrun; a node
+    other than 0), only global rank 0 records it."""
+    return any(int(os.environ.get(k, 0)) for k in ("RANK", "SLURM_PROCID", "NODE_RANK"))
 
 
 def append(path: Path, row: dict[str, Any]) -> None:

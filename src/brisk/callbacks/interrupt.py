@@ -123,7 +123,9 @@ class SigtermCheckpoint(L.Callback):
         if not fitting:
             # Mid-validation the metrics of the epoch are half-accumulated and not checkpointable; the
             # previous checkpoint stays the resume point, so the resumed run still repeats this one exactly.
-            self._say(trainer, name, "during validation or testing; no checkpoint written, the last one is the resume point")
+            self._say(
+                trainer, name, "during validation or testing; no checkpoint written, the last one is the resume point"
+            )
             return
         path = checkpoint_path(trainer)
         try:
