@@ -18,6 +18,8 @@ from pathlib import Path
 import lightning as L
 import pytest
 from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
+from lightning.pytorch.utilities import rank_zero_only as pytorch_rank_zero_only
 
 from brisk import distributed
 from brisk.builder import build_trainer
@@ -87,6 +89,8 @@ def test_slurm_tasks_are_the_ranks_and_brisk_starts_none(project, monkeypatch):
     # ... under SLURM, each task is a rank already: task 1 of 2 builds its Trainer and launches nothing.
     for key, value in _slurm_task(1, "4243", "29400").items():
         monkeypatch.setenv(key, value)
+    for rank_zero_only in {id(f): f for f in (fabric_rank_zero_only, pytorch_rank_zero_only)}.values():
+        monkeypatch.setattr(rank_zero_only, "rank", 0)  # a Trainer of rank 1 sets it for the whole test process
     trainer = build_trainer(cfg)
     assert isinstance(trainer.strategy.cluster_environment, SLURMEnvironment)
     assert (trainer.world_size, trainer.global_rank, trainer.local_rank) == (2, 1, 1)
