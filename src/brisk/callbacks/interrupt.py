@@ -107,7 +107,9 @@ class SigtermCheckpoint(L.Callback):
         self._agree(trainer)  # Lightning then raises after this batch, on every rank
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        self._agree(trainer)  # raised after validation, or at the end of the sanity check
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            return  # the end of the next training batch decides (after the last epoch, the test's end)
+        self._agree(trainer)  # the sanity check, or trainer.validate
 
     def on_test_epoch_end(self, trainer, pl_module) -> None:
         self._agree(trainer)
