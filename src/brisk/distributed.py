@@ -173,7 +173,9 @@ class _Ranks:
             except subprocess.TimeoutExpired:
                 log.error("rank process %d did not exit; killing it", p.pid)
         self._kill()
-        log.info("ranks 1-%d exited with %s", len(self.procs), [p.wait() for p in self.procs])
+        codes = [p.wait() for p in self.procs]
+        if any(codes):  # silent otherwise: a run's last line of output is its directory
+            log.info("ranks 1-%d exited with %s", len(self.procs), codes)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             # Lightning only tears the process group down at exit; the next job of a sweep needs a new one.
             torch.distributed.destroy_process_group()
