@@ -12,8 +12,9 @@ So while a Trainer stage runs (Lightning has installed its handlers by then and 
 back when the stage ends), brisk's handler takes SIGTERM and SIGINT. It only notes the signal and, on
 rank 0, forwards it to the ranks brisk started. A single process then stops like Lightning does for
 SIGTERM. Under DDP the ranks agree at points every rank reaches together: the end of each training batch
-and of each evaluation epoch (one all-reduce of one number; evaluation batches may differ by one between
-ranks). Every rank then stops after the same batch, and they save one checkpoint together.
+and of each evaluation epoch (one all-reduce of one number: 0.6-0.8 ms a batch with 2 CPU ranks over gloo
+on a busy 2-core machine; evaluation batches may differ by one between ranks, so not per evaluation batch).
+Every rank then stops after the same batch, and they save one checkpoint together.
 """
 
 from __future__ import annotations
