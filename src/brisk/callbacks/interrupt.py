@@ -4,9 +4,10 @@ and fails the job with 143 or 130 (128 + the signal), as if the signal had ended
 Lightning catches SIGTERM: it finishes the current batch and raises SIGTERMException, a SystemExit with
 status 0. On its own that loses everything since the last checkpoint and tells the scheduler the job
 succeeded. Its handler also broadcasts from rank 0 inside the signal handler, which hangs a DDP job for
-good when only rank 0 got the signal (`kill <pid>`, `docker stop`): the other ranks never join that
-broadcast (issue 8). Ctrl-C takes Lightning's KeyboardInterrupt path instead, which may stop in the middle
-of an optimizer step, saves nothing and exits 1.
+good when only rank 0 got the signal (`kill <pid>`, `docker stop`): the other ranks take it for their
+per-batch broadcast, and from then on the ranks wait in different collectives (seen: rank 0 in the
+checkpoint's all_gather, rank 1 in a barrier; issue 8). Ctrl-C takes Lightning's KeyboardInterrupt
+path instead, which may stop in the middle of an optimizer step, saves nothing and exits 1.
 
 So while a Trainer stage runs (Lightning has installed its handlers by then and puts the previous ones
 back when the stage ends), brisk's handler takes SIGTERM and SIGINT. It only notes the signal and, on
