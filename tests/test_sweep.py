@@ -58,3 +58,39 @@ def test_runs_started_in_the_same_second_get_different_directories(project):
     assert all(p.returncode == 0 for p in procs)
     assert dirs[0] != dirs[1]
     assert len(list((project / "logs" / "train" / "runs").iterdir())) == 2
+
+
+def _write_rows(sweep_dir: str, writer: int, n: int, start) -> None:
+    """One sweep job's process: `n` jobs ending, each recorded by the real callback."""
+    from hydra.core.utils import JobReturn, JobStatus
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from brisk.sweep import SweepSummary
+
+    start.wait()  # every writer starts at once
+    for i in range(n):
+        job = writer * n + i
+        hydra = {"mode": RunMode.MULTIRUN, "job": {"num": job}, "runtime": {"output_dir": f"{sweep_dir}/{job}"}}
+        config = OmegaConf.create({"hydra": {**hydra, "sweep": {"dir": sweep_dir}}, "optimized_metric": "val/acc"})
+        done = JobReturn(overrides=[f"seed={job}"], status=JobStatus.COMPLETED, _return_value=job / 100)
+        SweepSummary().on_job_end(config, done)
+
+
+def test_jobs_ending_at_once_in_parallel_processes_all_get_their_row(tmp_path):
+    # Without the lock, writers that read the table at the same time each write back their own version,
+    # so rows are lost, and a writer fails when another has already renamed the shared temporary file.
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    writers, per_writer = 4, 25
+    start = ctx.Barrier(writers)
+    procs = [ctx.Process(target=_write_rows, args=(str(tmp_path), w, per_writer, start)) for w in range(writers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * writers
+    rows = list(csv.DictReader((tmp_path / "sweep_summary.csv").open()))
+    assert sorted(int(r["job"]) for r in rows) == list(range(writers * per_writer))
+    assert all(float(r["value"]) == int(r["job"]) / 100 for r in rows)

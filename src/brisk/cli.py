@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -46,6 +47,10 @@ def user_errors(task):
             if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
                 raise error from None  # the sweep records this job as failed and goes on (brisk.sweep.SweepSummary)
             sys.exit(2)
+        except KeyboardInterrupt:  # Ctrl-C outside a Trainer stage (inside one, SigtermCheckpoint stops cleanly)
+            distributed.stop()
+            print("brisk: interrupted", file=sys.stderr, flush=True)
+            sys.exit(128 + signal.SIGINT)
         finally:
             distributed.finish()
             if run is not None:
@@ -142,6 +147,8 @@ def entry_point(config_name: str):
         import hydra
 
         hydra_main = hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name=config_name)
-        return hydra_entry(hydra_main(user_errors(task)))
+        # Recorded here, in the process the user started: a DDP job's ranks start this entry point again.
+        program = distributed.entry_program(task.__module__)
+        return hydra_entry(hydra_main(distributed.started_as(program, user_errors(task))))
 
     return wrap

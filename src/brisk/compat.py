@@ -17,6 +17,7 @@ from lightning.pytorch.loops import _FitLoop
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
 from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 from torch import nn
 
 CHECKED_ON = {"lightning": "2.6.6", "hydra-core": "1.3.8"}
@@ -98,6 +99,15 @@ def precision_flags() -> dict[str, str]:
     return {**names, **{alias: p._PRECISION_INPUT_STR_ALIAS_CONVERSION[alias] for alias in aliases}}
 
 
+def stop_like_sigterm(trainer: L.Trainer) -> None:
+    """Make Lightning stop as if its own SIGTERM handler had run: it raises SIGTERMException at its next
+    check (the end of the batch, of the epoch, or the next evaluation batch). `Trainer.received_sigterm`
+    is a read-only property and `should_stop` ends training as a success, so there is no public way.
+    brisk sets it itself because Lightning's handler broadcasts from inside the signal handler, which
+    hangs DDP when only rank 0 got the signal (see brisk.callbacks.interrupt)."""
+    trainer._signal_connector.received_sigterm = True
+
+
 # (owner, attribute) for each private name above: what `missing()` checks.
 _USED = [
     (_AcceleratorConnector, "cluster_environment"),
@@ -110,6 +120,8 @@ _USED = [
     (ModelCheckpoint, "_save_last_checkpoint"),
     (L.Trainer, "_accelerator_connector"),
     (L.Trainer, "_checkpoint_connector"),
+    (L.Trainer, "_signal_connector"),
+    (_SignalConnector, "received_sigterm"),
 ]
 # Set in __init__ rather than on the class: checked on fresh instances in missing().
 _AVERAGING = ("_average_model",)
@@ -124,6 +136,7 @@ def missing() -> list[str]:
         _FitLoop: trainer.fit_loop,
         _AcceleratorConnector: getattr(trainer, "_accelerator_connector", None),
         _CheckpointConnector: getattr(trainer, "_checkpoint_connector", None),
+        _SignalConnector: getattr(trainer, "_signal_connector", None),
     }
     gone = [
         f"{owner.__module__}.{owner.__qualname__}.{name}"

@@ -11,6 +11,7 @@ and this job's directory, in run mode, and the environment is restored when the 
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import signal
@@ -69,17 +70,48 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
+def entry_program(module: str) -> list[str]:
+    """How a new process starts the entry point in `module`: `-m brisk.train`, or the script's path.
+
+    Called when the entry point is defined, in the process the user started: later, a job may run in a
+    launcher's worker (joblib's loky, submitit), where `__main__` is the launcher's own module (issue 13)."""
+    if module != "__main__":
+        return ["-m", module]
+    spec = getattr(sys.modules["__main__"], "__spec__", None)  # `python -m brisk.train`
+    return ["-m", spec.name] if spec is not None else [os.path.abspath(sys.argv[0])]
+
+
+def started_as(program: list[str], task):
+    """`task`, recording for the job's ranks how to start its entry point. The record travels with the
+    function (in its closure) to whichever process runs the job."""
+
+    @functools.wraps(task)
+    def job(*args, **kwargs):
+        _record_entry(program)  # a call, not a `global` write: this function may be unpickled by value
+        return task(*args, **kwargs)
+
+    return job
+
+
+_entry: list[str] | None = None
+
+
+def _record_entry(program: list[str]) -> None:
+    global _entry
+    _entry = program
+
+
 def _child_command(rank: int) -> list[str]:
     from hydra.core.hydra_config import HydraConfig
 
-    import __main__
-
     hydra = HydraConfig.get()
-    spec = getattr(__main__, "__spec__", None)
-    program = ["-m", spec.name] if spec is not None else [os.path.abspath(sys.argv[0])]
+    program = _entry or entry_program("__main__")  # no entry point recorded: a script of the user's own
+    config_dirs = [s.path for s in hydra.runtime.config_sources if s.provider == "command-line"]
     return [
         sys.executable,
         *program,
+        f"--config-name={hydra.job.config_name}",
+        *(f"--config-dir={d}" for d in config_dirs),
         *hydra.overrides.task,  # this job's overrides only: no -m, no sweep
         f'hydra.run.dir="{hydra.runtime.output_dir}"',
         f"hydra.job.name={hydra.job.name}_rank{rank}",  # its own log file beside rank 0's
@@ -105,12 +137,13 @@ class _Ranks:
             )
             for rank in range(1, num_processes)
         ]
+        self.signalled = 0  # the stop signal forwarded to the children, whose exit then is no failure
         self.done = threading.Event()
         threading.Thread(target=self._watch, daemon=True, name="brisk-rank-watch").start()
 
     def _watch(self) -> None:
         while not self.done.wait(1.0):
-            failed = [p for p in self.procs if p.poll() not in (None, 0)]
+            failed = [p for p in self.procs if p.poll() not in (None, 0, 128 + self.signalled)]
             if failed:
                 log.error("rank process %d exited with %d; stopping the job", failed[0].pid, failed[0].returncode)
                 self._kill()
@@ -118,6 +151,12 @@ class _Ranks:
                     log.error("rank 0 is stuck waiting for the dead rank; killing it")
                     os.kill(os.getpid(), signal.SIGKILL)
                 return
+
+    def forward(self, signum: int) -> None:
+        self.signalled = signum
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signum)
 
     def _kill(self) -> None:
         for p in self.procs:
@@ -134,6 +173,9 @@ class _Ranks:
             except subprocess.TimeoutExpired:
                 log.error("rank process %d did not exit; killing it", p.pid)
         self._kill()
+        codes = [p.wait() for p in self.procs]
+        if any(codes):  # silent otherwise: a run's last line of output is its directory
+            log.info("ranks 1-%d exited with %s", len(self.procs), codes)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             # Lightning only tears the process group down at exit; the next job of a sweep needs a new one.
             torch.distributed.destroy_process_group()
@@ -161,6 +203,19 @@ def launch(trainer: L.Trainer) -> None:
     """Start ranks 1..N-1 of this node for the current Hydra job and make this process rank 0."""
     global _current
     _current = _Ranks(trainer.strategy.launcher.num_processes, trainer.num_nodes)
+
+
+def forward_signal(signum: int) -> None:
+    """Send a stop signal on to the ranks this process started (none unless it is rank 0 of brisk's own launch):
+    a signal sent to rank 0 alone (`kill <pid>`, `docker stop`) reaches the whole job."""
+    if _current is not None:
+        _current.forward(signum)
+
+
+def stop() -> None:
+    """Kill the ranks this process started at once: rank 0 is stopping outside training, where they can't follow."""
+    if _current is not None:
+        _current._kill()
 
 
 def finish() -> None:

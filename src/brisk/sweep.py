@@ -9,7 +9,9 @@ against each parameter that differs between jobs.
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ def outcome(job_return: JobReturn) -> tuple[str, Any, str]:
 
 class SweepSummary(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        if config.hydra.mode != RunMode.MULTIRUN:
+        if config.hydra.mode != RunMode.MULTIRUN or _other_rank():
             return
         status, value, error = outcome(job_return)
         row = {
@@ -49,8 +51,21 @@ class SweepSummary(Callback):
             "overrides": " ".join(job_return.overrides or []),
             "error": error,
         }
-        path = Path(config.hydra.sweep.dir) / "sweep_summary.csv"
-        rows = list(csv.DictReader(path.open())) if path.is_file() else []
+        append(Path(config.hydra.sweep.dir) / "sweep_summary.csv", row)
+
+
+def _other_rank() -> bool:
+    """Where every rank runs the job (one SLURM task per device, e.g. hydra/launcher=slurm; torchrun; a node
+    other than 0), only global rank 0 records it."""
+    return any(int(os.environ.get(k, 0)) for k in ("RANK", "SLURM_PROCID", "NODE_RANK"))
+
+
+def append(path: Path, row: dict[str, Any]) -> None:
+    """Add a row to the table. Jobs of one sweep may end at the same moment in different processes (joblib,
+    submitit), so the read-modify-write holds an exclusive lock on a file beside the table."""
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        rows = list(csv.DictReader(io.StringIO(path.read_text()))) if path.is_file() else []
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=FIELDS)
         writer.writeheader()
