@@ -66,8 +66,11 @@ def build_model(cfg: DictConfig) -> L.LightningModule:
     return instantiate(cfg.model, optimizer=cfg.optimizer, scheduler=cfg.get("scheduler"), _recursive_=False)
 
 
+def always_on() -> list[L.Callback]:
+    """Whatever the callbacks group says: throughput, exact resume, NaN stop, checkpoint on SIGTERM."""
+    return [SpeedMeter(), ResumeState(), DivergenceGuard(), SigtermCheckpoint()]
+
+
 def build(cfg: DictConfig) -> tuple[L.Trainer, L.LightningDataModule, L.LightningModule, SpeedMeter]:
-    speed = SpeedMeter()
-    # Always on, whatever the callbacks group says: exact resume, NaN stop, checkpoint on SIGTERM.
-    reliability = [ResumeState(), DivergenceGuard(), SigtermCheckpoint()]
-    return build_trainer(cfg, [speed, *reliability]), build_datamodule(cfg), build_model(cfg), speed
+    callbacks = always_on()
+    return build_trainer(cfg, callbacks), build_datamodule(cfg), build_model(cfg), callbacks[0]

@@ -17,6 +17,7 @@ from lightning.pytorch.loops import _FitLoop
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
 from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+from lightning.pytorch.trainer.connectors.logger_connector import _LoggerConnector
 
 CHECKED_ON = {"lightning": "2.6.6", "hydra-core": "1.3.8"}
 
@@ -63,6 +64,12 @@ def save_now(callback: ModelCheckpoint, trainer: L.Trainer) -> None:
     callback._save_last_checkpoint(trainer, candidates)
 
 
+def logs_this_step(trainer: L.Trainer) -> bool:
+    """Whether Lightning writes the logged step values to the loggers after this training step. Lightning's
+    own LearningRateMonitor asks its logger connector the same; there is no public property."""
+    return trainer._logger_connector.should_update_logs
+
+
 def job_error(job_return: JobReturn) -> BaseException | Any:
     """The exception a failed Hydra job raised. The public `return_value` re-raises it and writes a line to
     stderr, which would print every failure twice in a sweep."""
@@ -81,6 +88,8 @@ _USED = [
     (ModelCheckpoint, "_save_last_checkpoint"),
     (L.Trainer, "_accelerator_connector"),
     (L.Trainer, "_checkpoint_connector"),
+    (L.Trainer, "_logger_connector"),
+    (_LoggerConnector, "should_update_logs"),
 ]
 
 
