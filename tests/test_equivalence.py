@@ -87,7 +87,7 @@ def test_every_precision_trains_on_cpu(precision, brisk_root):
     trainer, datamodule, model = build(cfg)
     before = [p.detach().clone() for p in model.net.parameters()]
     trainer.fit(model, datamodule=datamodule)
-    loss = trainer.callback_metrics["train/loss_step"]
+    loss = trainer.callback_metrics["train/loss"]
     assert torch.isfinite(loss)
     assert any(not torch.equal(a, b.to(a.dtype)) for a, b in zip(before, model.net.parameters(), strict=True))
     expected = {"16-mixed": "bf16-mixed"}.get(precision, precision)  # fp16 AMP does not exist on CPU

@@ -70,9 +70,12 @@ def build_model(cfg: DictConfig) -> L.LightningModule:
     return instantiate(cfg.model, optimizer=cfg.optimizer, scheduler=cfg.get("scheduler"), _recursive_=False)
 
 
+def always_on() -> list[L.Callback]:
+    """Whatever the callbacks group says: the measurements in summary.json (find them in trainer.callbacks),
+    exact resume, NaN stop, checkpoint on SIGTERM."""
+    return [SpeedMeter(), StartupClock(), ResumeState(), DivergenceGuard(), SigtermCheckpoint()]
+
+
 def build(cfg: DictConfig) -> tuple[L.Trainer, L.LightningDataModule, L.LightningModule]:
-    # Always on, whatever the callbacks group says: the measurements in summary.json (find them in
-    # trainer.callbacks), exact resume, NaN stop, checkpoint on SIGTERM.
-    always = [SpeedMeter(), StartupClock(), ResumeState(), DivergenceGuard(), SigtermCheckpoint()]
     datamodule = build_datamodule(cfg)  # first: the pre-flight checks read the data through it
-    return build_trainer(cfg, always, datamodule), datamodule, build_model(cfg)
+    return build_trainer(cfg, always_on(), datamodule), datamodule, build_model(cfg)

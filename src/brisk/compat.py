@@ -17,6 +17,7 @@ from lightning.pytorch.loops import _FitLoop
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
 from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+from lightning.pytorch.trainer.connectors.logger_connector import _LoggerConnector
 from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 from torch import nn
 
@@ -63,6 +64,12 @@ def save_now(callback: ModelCheckpoint, trainer: L.Trainer) -> None:
     candidates = callback._monitor_candidates(trainer)
     callback._save_topk_checkpoint(trainer, candidates)
     callback._save_last_checkpoint(trainer, candidates)
+
+
+def logs_this_step(trainer: L.Trainer) -> bool:
+    """Whether Lightning writes the logged step values to the loggers after this training step. Lightning's
+    own LearningRateMonitor asks its logger connector the same; there is no public property."""
+    return trainer._logger_connector.should_update_logs
 
 
 def job_error(job_return: JobReturn) -> BaseException | Any:
@@ -122,6 +129,8 @@ _USED = [
     (L.Trainer, "_checkpoint_connector"),
     (L.Trainer, "_signal_connector"),
     (_SignalConnector, "received_sigterm"),
+    (L.Trainer, "_logger_connector"),
+    (_LoggerConnector, "should_update_logs"),
 ]
 # Set in __init__ rather than on the class: checked on fresh instances in missing().
 _AVERAGING = ("_average_model",)

@@ -2,6 +2,7 @@ from brisk.callbacks.checkpoint import LastCheckpoint
 from brisk.callbacks.guard import DivergenceGuard
 from brisk.callbacks.interrupt import SigtermCheckpoint
 from brisk.callbacks.plots import RunPlots
+from brisk.callbacks.progress import ProgressBar
 from brisk.callbacks.pruning import Pruning
 from brisk.callbacks.resume import ResumeState
 from brisk.callbacks.speed import SpeedMeter
@@ -10,6 +11,7 @@ from brisk.callbacks.startup import StartupClock
 __all__ = [
     "DivergenceGuard",
     "LastCheckpoint",
+    "ProgressBar",
     "Pruning",
     "ResumeState",
     "RunPlots",

@@ -14,7 +14,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-CURVES = {"loss": ("train/loss_epoch", "val/loss"), "accuracy": ("train/acc", "val/acc")}
+CURVES = {"loss": ("train/loss", "val/loss"), "accuracy": ("train/acc", "val/acc")}
 
 
 def _figure(**kw):

@@ -32,13 +32,8 @@ def with_clock(cfg: DictConfig, warmup: int, steps: int) -> DictConfig:
     return cfg
 
 
-def measure_fit(cfg: DictConfig, warmup: int, steps: int, data: DataCache | None = None) -> dict:
-    """Fit until the clock has `warmup` + `steps` batches; return the clock's figures and the fit's setup."""
-    cfg = with_clock(cfg, warmup, steps)
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-    trainer, datamodule, model = build(cfg)
-    if data is not None:
-        datamodule = data.get(cfg.data, datamodule)
+def timed_fit(trainer: L.Trainer, datamodule: L.LightningDataModule, model: L.LightningModule) -> dict:
+    """Fit until the StepClock among the trainer's callbacks has its batches; its figures and the fit's setup."""
     start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule)
     fit_s = time.perf_counter() - start
@@ -54,3 +49,13 @@ def measure_fit(cfg: DictConfig, warmup: int, steps: int, data: DataCache | None
         world_size=trainer.world_size,
     )
     return result
+
+
+def measure_fit(cfg: DictConfig, warmup: int, steps: int, data: DataCache | None = None) -> dict:
+    """Fit until the clock has `warmup` + `steps` batches; return the clock's figures and the fit's setup."""
+    cfg = with_clock(cfg, warmup, steps)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    trainer, datamodule, model = build(cfg)
+    if data is not None:
+        datamodule = data.get(cfg.data, datamodule)
+    return timed_fit(trainer, datamodule, model)

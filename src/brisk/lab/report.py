@@ -68,6 +68,20 @@ def overhead(o: dict[str, dict]) -> str:
     return head + "\n" + _table(header, rows)
 
 
+def breakdown(b: dict[str, Any]) -> str:
+    head = (
+        f"### Cost per step, by component\n\nA fit at nil compute (batch {b['batch_size']}, see bench.breakdown), "
+        f"built up one component per row; each row against the plain loop ({b['plain_ms_per_step']:.2f} ms/step) "
+        f"in the same round, {b['steps']} steps timed, median of {b['rounds']} interleaved rounds.\n"
+    )
+    rows = [
+        [r["label"], f"{r['extra_ms_per_step']:.3f}", f"{r['adds_ms']:+.3f}", f"{r['spread_ms']:.3f}"]
+        for r in b["rows"]
+    ]
+    header = ["fit", "ms/step over the plain loop", "adds", "spread (max - min)"]
+    return head + "\n" + _table(header, rows)
+
+
 def fit(r: dict[str, Any], base: str) -> str:
     head = f"### One fit\n\n{base}; {r['batches']} batches timed after the warm-up, {r['world_size']} process(es).\n"
     header = [

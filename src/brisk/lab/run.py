@@ -19,12 +19,12 @@ from omegaconf import DictConfig, OmegaConf
 from brisk import summary
 from brisk.builder import resolve_precision
 from brisk.errors import BriskError
-from brisk.lab import levers, overhead, pipeline, plots, report
+from brisk.lab import breakdown, levers, overhead, pipeline, plots, report
 from brisk.lab.compose import compose_with, task_overrides
 from brisk.lab.fit import DataCache, measure_fit
 
 log = logging.getLogger("brisk")
-PARTS = ("pipeline", "overhead", "fit")
+PARTS = ("pipeline", "overhead", "breakdown", "fit")
 
 
 def _count(bench: DictConfig, key: str, least: int = 1) -> int:
@@ -42,9 +42,9 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
     for part in bench.get("run") or []:
         if part not in known:
             raise BriskError(f"bench.run: unknown part '{part}'. Choose from: {', '.join(known)}.")
-    for key in ("rounds", "fit.warmup", "fit.steps", "overhead.warmup", "overhead.steps", "pipeline.batch_size"):
-        _count(bench, key)
-    for key in ("sweep.warmup", "sweep.steps", "sweep.rounds"):
+    counts = ["rounds", "pipeline.batch_size", "fit.warmup", "fit.steps", "overhead.warmup", "overhead.steps"]
+    counts += [f"{part}.{key}" for part in ("breakdown", "sweep") for key in ("warmup", "steps", "rounds")]
+    for key in counts:
         _count(bench, key)
     _count(bench, "pipeline.workers", least=0)
     plans: dict[str, Any] = {}
@@ -54,6 +54,8 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
         elif part == "overhead":
             extra = list(bench.overhead.overrides or [])
             plans[part] = {m: compose_with([f"model={m}", *extra], "bench.overhead") for m in bench.overhead.models}
+        elif part == "breakdown":
+            plans[part] = compose_with(list(bench.breakdown.overrides or []), "bench.breakdown")
         elif part == "fit":
             plans[part] = cfg
         else:
@@ -67,6 +69,9 @@ def _part(part: str, planned: Any, bench: DictConfig, run_dir: Path, data: DataC
     if part == "overhead":
         o = bench.overhead
         return {model: overhead.compare(c, o.warmup, o.steps, bench.rounds, data) for model, c in planned.items()}
+    if part == "breakdown":
+        b = bench.breakdown
+        return breakdown.compare(planned, b.warmup, b.steps, b.rounds, data)
     if part == "fit":
         return measure_fit(planned, bench.fit.warmup, bench.fit.steps, data)
     s = bench.sweep
@@ -112,6 +117,8 @@ def markdown(results: dict) -> str:
             out.append(report.pipeline(result))
         elif name == "overhead":
             out.append(report.overhead(result))
+        elif name == "breakdown":
+            out.append(report.breakdown(result))
         elif name == "fit":
             out.append(report.fit(result, results["base"]))
         else:
@@ -130,7 +137,7 @@ def draw(name: str, result: dict, run_dir: Path) -> None:
         plots.pipeline(result, path)
     elif name == "overhead":
         plots.overhead(result, path)
-    elif name != "fit":
+    elif name not in ("fit", "breakdown"):
         plots.lever(name, result, path)
 
 

@@ -1,0 +1,97 @@
+"""Where brisk's cost per step goes: a fit at nil compute built up one component at a time.
+
+Each row adds one component to the row above it, from a bare Lightning fit (the net, the loss and
+the optimizer in a minimal LightningModule, no logger, bar or callbacks) to brisk's full default.
+Every row is timed against the plain loop in the same round, and the table gives each row's
+extra milliseconds per step over that loop (median over interleaved rounds) and what the row
+adds to the one above it. The compute is made negligible by the config (a tiny net, a small batch,
+no augmentation), so what is left is the framework's own Python per step.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import lightning as L
+import torch.nn.functional as F
+from omegaconf import DictConfig, open_dict
+
+from brisk.builder import always_on, build_datamodule, build_model, build_trainer
+from brisk.lab.fit import DataCache, timed_fit, with_clock
+from brisk.lab.plain import plain_loop
+from brisk.lab.stats import in_turn, median, spread
+
+# (label, brisk's module instead of the bare one, always-on callbacks, callbacks of the group kept, logger)
+ROWS = [
+    ("bare Lightning", False, False, (), False),
+    ("+ brisk's LightningModule (step loss, epoch metrics)", True, False, (), False),
+    ("+ always-on callbacks (speed, resume state, divergence guard, SIGTERM)", True, True, (), False),
+    ("+ progress bar", True, True, ("progress_bar",), False),
+    ("+ checkpoint callbacks (best, last)", True, True, ("progress_bar", "model_checkpoint", "last_checkpoint"), False),
+    ("+ LR monitor, run plots and CSV logger: the default", True, True, None, True),
+]
+
+
+class BareStep(L.LightningModule):
+    """Lightning's own cost: brisk's forward, loss and optimizer, and nothing else."""
+
+    def __init__(self, model: L.LightningModule) -> None:
+        super().__init__()
+        self.model = model
+
+    def training_step(self, batch, batch_idx: int):
+        x, y = batch
+        return F.cross_entropy(self.model(x), y, label_smoothing=self.model.hparams.label_smoothing)
+
+    def configure_optimizers(self):
+        return self.model.configure_optimizers()
+
+
+def row_config(cfg: DictConfig, keep: tuple[str, ...] | None, logger: bool) -> DictConfig:
+    """The config of one row: only the callbacks it names (None: all of them), a logger or none."""
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        if keep is not None:
+            cfg.callbacks = {k: v for k, v in (cfg.get("callbacks") or {}).items() if k in keep}
+            cfg.trainer.enable_progress_bar = "progress_bar" in keep
+            cfg.trainer.enable_checkpointing = "model_checkpoint" in keep
+        if not logger:
+            cfg.logger = {}
+    return cfg
+
+
+def measure_row(cfg: DictConfig, row: tuple, warmup: int, steps: int, data: DataCache) -> dict:
+    _, brisk_module, reliability, keep, logger = row
+    cfg = with_clock(row_config(cfg, keep, logger), warmup, steps)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    trainer = build_trainer(cfg, always_on() if reliability else [])
+    model = build_model(cfg)
+    return timed_fit(trainer, data.get(cfg.data, build_datamodule(cfg)), model if brisk_module else BareStep(model))
+
+
+def compare(cfg: DictConfig, warmup: int, steps: int, rounds: int, data: DataCache) -> dict:
+    plain, timed = [], {row[0]: [] for row in ROWS}
+    for r in range(rounds):
+        sides = [("plain", None), *((row[0], row) for row in ROWS)]
+        for label, row in in_turn(sides, r):
+            if row is None:
+                plain.append(plain_loop(cfg, warmup, steps, data)["batch_s"])
+            else:
+                timed[label].append(measure_row(cfg, row, warmup, steps, data)["batch_s"])
+    rows, previous = [], 0.0
+    for label, seconds in timed.items():
+        extra = [1e3 * (s - p) for s, p in zip(seconds, plain, strict=True)]
+        ms = median(extra)
+        rows.append(
+            {"label": label, "extra_ms_per_step": ms, "adds_ms": ms - previous, "spread_ms": max(extra) - min(extra)}
+        )
+        previous = ms
+    return {
+        "batch_size": cfg.data.batch_size,
+        "steps": steps,
+        "rounds": rounds,
+        "plain_ms_per_step": 1e3 * median(plain),
+        "plain_spread": spread(plain),
+        "rows": rows,
+        "default_extra_ms_per_step": rows[-1]["extra_ms_per_step"],
+    }

@@ -1,0 +1,116 @@
+"""What brisk does on each training step: no host reads between logging steps, a bar that still moves,
+the step loss still reaching the logger, and the breakdown part of the lab."""
+
+from __future__ import annotations
+
+import csv
+
+import lightning as L
+import pytest
+import torch
+from omegaconf import open_dict
+from torch.overrides import TorchFunctionMode
+
+from brisk import compat
+from brisk.builder import build
+from brisk.callbacks import ProgressBar
+from conftest import TINY, compose_cfg
+
+# Tensor -> Python conversions: on a GPU each waits for the device (a host sync). Copies to the CPU
+# (.cpu(), .to("cpu")) are no-ops in a CPU run, so only the GPU test sees those.
+HOST_READS = {"item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__"}
+
+
+class HostReads(TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in HOST_READS:
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+class WatchSteps(L.Callback):
+    """Records the host reads of everything Lightning runs from one batch's start to the next one's, for the
+    steps on which nothing is logged and the progress bar is not redrawn."""
+
+    def __init__(self, bar_every: int) -> None:
+        self.bar_every, self.mode, self.reads = bar_every, None, {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        self._stop()
+        quiet = not compat.logs_this_step(trainer) and (batch_idx + 1) % self.bar_every
+        last = batch_idx + 1 >= trainer.num_training_batches
+        if batch_idx >= 1 and quiet and not last:
+            self.mode, self.batch = HostReads(), batch_idx
+            self.mode.__enter__()
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self.mode is not None:
+            self.mode.__exit__(None, None, None)
+            self.reads[self.batch], self.mode = self.mode.seen, None
+
+
+def test_quiet_steps_read_nothing_from_the_device(brisk_root):
+    """A CPU run cannot see a sync, so this counts the calls that would be one on a GPU (tests/test_gpu.py
+    checks the same with CUDA's sync debug mode)."""
+    cfg = compose_cfg([*TINY, "trainer.max_epochs=1", "trainer.limit_val_batches=1"], brisk_root)
+    watch = WatchSteps(bar_every=cfg.callbacks.progress_bar.every_n_steps)
+    trainer, datamodule, model = build(cfg)
+    trainer.callbacks.append(watch)
+    trainer.fit(model, datamodule=datamodule)
+    assert len(watch.reads) >= 5, "too few quiet steps watched: the test would prove nothing"
+    assert {b: r for b, r in watch.reads.items() if r} == {}, "host reads on steps that log nothing"
+
+
+def test_bar_moves_every_n_steps_and_loss_reaches_the_logger_every_log_interval(brisk_root):
+    cfg = compose_cfg([*TINY, "trainer.max_epochs=1", "trainer.limit_val_batches=1"], brisk_root)
+    with open_dict(cfg):
+        cfg.callbacks.progress_bar.every_n_steps = 4
+    trainer, datamodule, model = build(cfg)
+    bar = next(c for c in trainer.callbacks if isinstance(c, ProgressBar))
+    seen = []
+
+    class ReadBar(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            seen.append(int(bar.progress.tasks[bar.train_progress_bar_id].completed))
+
+    trainer.callbacks.append(ReadBar())
+    trainer.fit(model, datamodule=datamodule)
+    n = trainer.num_training_batches  # 15 with TINY
+    assert seen == [min(n, (i + 1) // 4 * 4) if i + 1 < n else n for i in range(n)]
+    with open(f"{trainer.logger.log_dir}/metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    logged = [int(r["step"]) for r in rows if r.get("train/loss_step")]
+    every = cfg.trainer.log_every_n_steps
+    assert logged == list(range(every - 1, n, every))
+    epoch = [r for r in rows if r.get("train/acc")]
+    assert len(epoch) == 1 and 0 < float(epoch[0]["train/acc"]) <= 1 and float(epoch[0]["train/loss"]) > 0
+
+
+def test_epoch_train_metrics_are_the_means_of_the_steps(brisk_root):
+    """The device-side sums give the epoch's mean step loss and its accuracy over every image trained on."""
+    cfg = compose_cfg([*TINY, "trainer.max_epochs=1", "trainer.limit_val_batches=0", "callbacks=none"], brisk_root)
+    trainer, datamodule, model = build(cfg)
+    losses, hits = [], []
+
+    class Record(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            x, y = batch  # as the step sees it; BatchNorm in train mode normalizes by this batch, as the step does
+            with torch.no_grad():
+                hits.append(pl_module(x).argmax(-1) == y)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            losses.append(float(outputs["loss"]))
+
+    trainer.callbacks.append(Record())
+    trainer.fit(model, datamodule=datamodule)
+    metrics = trainer.callback_metrics
+    assert float(metrics["train/loss"]) == pytest.approx(sum(losses) / len(losses), rel=1e-5)
+    assert float(metrics["train/acc"]) == pytest.approx(float(torch.cat(hits).float().mean()), abs=1e-6)
