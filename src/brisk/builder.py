@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from brisk import checks, distributed
-from brisk.callbacks import DivergenceGuard, ResumeState, SigtermCheckpoint, SpeedMeter
+from brisk.callbacks import DivergenceGuard, RankSeed, ResumeState, SigtermCheckpoint, SpeedMeter
 from brisk.checkpoint_io import SafeCheckpointIO
 
 
@@ -61,13 +61,25 @@ def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     return instantiate(cfg.data)
 
 
-def build_model(cfg: DictConfig) -> L.LightningModule:
+def build_model(cfg: DictConfig, datamodule: L.LightningDataModule | None = None) -> L.LightningModule:
+    """The model for the data: its classes come from the DataModule (built from cfg.data if not given)."""
+    datamodule = datamodule if datamodule is not None else build_datamodule(cfg)
     # _recursive_=False: the classifier builds its own net and optimizer, and keeps their configs as hparams.
-    return instantiate(cfg.model, optimizer=cfg.optimizer, scheduler=cfg.get("scheduler"), _recursive_=False)
+    model = instantiate(
+        cfg.model,
+        optimizer=cfg.optimizer,
+        scheduler=cfg.get("scheduler"),
+        class_names=datamodule.class_names,
+        _recursive_=False,
+    )
+    if datamodule.hparams.get("channels_last"):  # the DataModule delivers channels_last inputs: match them
+        model.to(memory_format=torch.channels_last)
+    return model
 
 
 def build(cfg: DictConfig) -> tuple[L.Trainer, L.LightningDataModule, L.LightningModule, SpeedMeter]:
     speed = SpeedMeter()
     # Always on, whatever the callbacks group says: exact resume, NaN stop, checkpoint on SIGTERM.
-    reliability = [ResumeState(), DivergenceGuard(), SigtermCheckpoint()]
-    return build_trainer(cfg, [speed, *reliability]), build_datamodule(cfg), build_model(cfg), speed
+    reliability = [ResumeState(), RankSeed(), DivergenceGuard(), SigtermCheckpoint()]
+    trainer, datamodule = build_trainer(cfg, [speed, *reliability]), build_datamodule(cfg)
+    return trainer, datamodule, build_model(cfg, datamodule), speed

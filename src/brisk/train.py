@@ -64,6 +64,8 @@ def train(cfg: DictConfig) -> float | None:
                     "",
                 ),
                 "seed": cfg.seed,
+                "class_names": datamodule.class_names,
+                "normalization": {"mean": datamodule.mean, "std": datamodule.std},
                 "overrides": list(HydraConfig.get().overrides.task),
                 "hardware": run_summary.hardware(),
                 "distributed": distributed.environment(trainer),

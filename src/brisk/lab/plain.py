@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from brisk.builder import build_datamodule, build_model, resolve_precision
-from brisk.data import augment as aug
 from brisk.errors import BriskError
 from brisk.lab.clock import Window
 from brisk.lab.fit import DataCache
@@ -57,10 +56,10 @@ def plain_loop(cfg: DictConfig, warmup: int, steps: int, data: DataCache | None 
     device = device_of(cfg)
     autocast, scaler = _autocast(resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator)), device)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    model = build_model(cfg)
     datamodule = build_datamodule(cfg)
     if data is not None:
         datamodule = data.get(cfg.data, datamodule)
+    model = build_model(cfg, datamodule)
     datamodule.trainer = None  # a DataModule last used by a fit would take that Trainer's epoch and rank
     datamodule.prepare_data()
     datamodule.setup("fit")
@@ -80,7 +79,7 @@ def plain_loop(cfg: DictConfig, warmup: int, steps: int, data: DataCache | None 
         loader.epoch_fn = lambda epoch=epoch: epoch  # each epoch its own order, as in a fit
         for x, y in loader:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            x = aug.normalize(aug.augment(x, **datamodule.hparams.augment), channels_last=channels_last)
+            x = datamodule.prepare_batch(x, train=True)
             with autocast():
                 loss = F.cross_entropy(net(x), y, label_smoothing=smoothing)
             optimizer.zero_grad()
