@@ -33,11 +33,10 @@ VERSION = 1  # bump when the layout or the preparation of images changes
 PROGRESS_EVERY_S = 2.0
 
 
-def key(files: list[Path], base: Path, image_size: int, skip_bad: bool) -> str:
+def key(entries: list[tuple[str, int, int]], image_size: int, skip_bad: bool) -> str:
+    """Of (path, size, mtime_ns) per file (images.scan), and the settings that change the decoded pixels."""
     h = hashlib.sha256(json.dumps([VERSION, image_size, skip_bad]).encode())
-    for f in files:
-        st = f.stat()
-        h.update(f"{f.relative_to(base)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    h.update("\n".join(f"{path}\0{size}\0{mtime}" for path, size, mtime in entries).encode())
     return h.hexdigest()[:16]
 
 

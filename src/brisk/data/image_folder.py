@@ -19,7 +19,7 @@ import torch
 
 from brisk.data import image_cache
 from brisk.data.base import TensorDataModule
-from brisk.data.images import EXTENSIONS, list_images
+from brisk.data.images import EXTENSIONS, scan
 from brisk.errors import BriskError
 
 log = logging.getLogger("brisk")
@@ -39,6 +39,7 @@ class ImageFolderDataModule(TensorDataModule):
         self, root: str, image_size: int = 32, skip_bad: bool = False, cache_dir: str | None = None, **common
     ) -> None:
         super().__init__(**common)
+        self._folders: dict[str, Path | None] = {}
         self._loaded: dict[str, tuple[torch.Tensor, torch.Tensor, dict] | None] = {}
 
     @property
@@ -66,12 +67,13 @@ class ImageFolderDataModule(TensorDataModule):
     def image_size(self) -> int:
         return self.hparams.image_size
 
-    def _listing(self, split: str) -> tuple[list[Path], list[int]] | None:
+    def _listing(self, split: str) -> tuple[list[tuple[str, int, int]], list[int]] | None:
+        """(path, size, mtime_ns) of each image of the split, and its label; None if there is no such folder."""
         folder = self.root / split
         if not folder.is_dir():
             return None
         index = {name: i for i, name in enumerate(self.class_names)}
-        files: list[Path] = []
+        files: list[tuple[str, int, int]] = []
         labels: list[int] = []
         for sub in sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".")):
             if sub.name not in index:
@@ -79,7 +81,7 @@ class ImageFolderDataModule(TensorDataModule):
                     f"{sub}: class {sub.name!r} has no folder in {self.root / 'train'}. "
                     "Every class needs training images: add them, or remove this folder."
                 )
-            found = list_images(sub)
+            found = scan(sub)
             if not found and split == "train":
                 raise BriskError(f"{sub}: no images ({' '.join(EXTENSIONS)}). Add some, or remove the folder.")
             files += found
@@ -91,17 +93,22 @@ class ImageFolderDataModule(TensorDataModule):
         return files, labels
 
     def _cache(self, split: str) -> Path | None:
-        """The split's cache folder, decoded now if it is missing or out of date; None if there is no such split."""
-        listing = self._listing(split)
-        if listing is None:
-            return None
-        files, labels = listing
-        where = hashlib.sha1(str(self.root.resolve()).encode()).hexdigest()[:6]
-        name = f"{self.root.resolve().name}-{where}-{split}"
-        cache_key = image_cache.key(files, self.root, self.hparams.image_size, self.hparams.skip_bad)
-        return image_cache.build(
-            self.cache_dir, name, cache_key, files, labels, self.hparams.image_size, self.hparams.skip_bad
-        )
+        """The split's cache folder, decoded now if it is missing or out of date; None if there is no such split.
+
+        Once per process: prepare_data and setup run in the same one, and listing a folder is not free."""
+        if split not in self._folders:
+            listing = self._listing(split)
+            if listing is None:
+                self._folders[split] = None
+                return None
+            entries, labels = listing
+            where = hashlib.sha1(str(self.root.resolve()).encode()).hexdigest()[:6]
+            name = f"{self.root.resolve().name}-{where}-{split}"
+            size, skip_bad = self.hparams.image_size, self.hparams.skip_bad
+            files = [path for path, _, _ in entries]
+            cache_key = image_cache.key(entries, size, skip_bad)
+            self._folders[split] = image_cache.build(self.cache_dir, name, cache_key, files, labels, size, skip_bad)
+        return self._folders[split]
 
     def prepare_data(self) -> None:
         # Lightning calls this on one process per node, before setup: the ranks then only map the files.
@@ -124,6 +131,10 @@ class ImageFolderDataModule(TensorDataModule):
     def skipped(self) -> dict[str, int]:
         """How many unreadable images each loaded split left out (data.skip_bad=true)."""
         return {split: len(loaded[2]["skipped"]) for split, loaded in self._loaded.items() if loaded}
+
+    def files(self, split: str) -> list[str]:
+        """The files of `split`, in the order of `read(split)` (unreadable ones left out)."""
+        return self._load(split)[2]["files"]
 
     def read(self, split: str) -> tuple[torch.Tensor, torch.Tensor] | None:
         loaded = self._load(split)

@@ -22,15 +22,28 @@ from torchvision.transforms.v2 import functional as TF
 from brisk.errors import BriskError
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+WINDOW = 256
 
 
-def list_images(folder: Path) -> list[Path]:
-    """Image files under `folder`, in sorted order; hidden files and folders and other files are left out."""
+def scan(folder: str | Path) -> list[tuple[str, int, int]]:
+    """(path, size, mtime_ns) of each image file under `folder`, sorted by path; hidden files and folders and
+    files of other types are left out. Plain strings and os.scandir: pathlib made listing 20,000 files take 9 s."""
     found = []
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        found += [Path(dirpath) / f for f in filenames if not f.startswith(".") and f.lower().endswith(EXTENSIONS)]
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                found += scan(entry.path)
+            elif entry.name.lower().endswith(EXTENSIONS) and entry.is_file():
+                st = entry.stat()
+                found.append((entry.path, st.st_size, st.st_mtime_ns))
     return sorted(found)
+
+
+def list_images(folder: str | Path) -> list[Path]:
+    """The image files under `folder`, sorted."""
+    return [Path(path) for path, _, _ in scan(folder)]
 
 
 def _reason(e: Exception) -> str:
@@ -76,14 +89,16 @@ def _try_read(path: Path, image_size: int) -> torch.Tensor | BriskError:
         return e
 
 
-def read_images(paths: Sequence[Path], image_size: int) -> Iterator[torch.Tensor | BriskError]:
+def read_images(paths: Sequence[str | Path], image_size: int) -> Iterator[torch.Tensor | BriskError]:
     """Each file's tensor, or the BriskError that says why it could not be read, in the order of `paths`.
 
-    Threads: the decoders run in C++ without the GIL.
+    Threads: the decoders run in C++ without the GIL. Submitted a window at a time, so a million paths
+    do not become a million futures before the first image arrives.
     """
     workers = min(8, len(os.sched_getaffinity(0)))
     with ThreadPoolExecutor(workers) as pool:
-        yield from pool.map(lambda p: _try_read(Path(p), image_size), paths)
+        for start in range(0, len(paths), WINDOW):
+            yield from pool.map(lambda p: _try_read(Path(p), image_size), paths[start : start + WINDOW])
 
 
 def prepare_images(paths: Sequence[str | Path], image_size: int) -> torch.Tensor:
