@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -18,6 +19,9 @@ from hydra.utils import get_class
 from PIL import Image
 
 from brisk import train
+from brisk.builder import build_datamodule, build_model
+from brisk.callbacks import RankSeed
+from brisk.data import augment as aug
 from conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,3 +107,32 @@ def test_every_datamodule_argument_is_a_data_key(option, tmp_path):
         if name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD
     }
     assert arguments <= set(cfg.data), f"data={option}: {sorted(arguments - set(cfg.data))} need a +"
+
+
+def test_ranks_draw_their_own_augmentations_and_data_code_leaves_the_rng_alone(tmp_path, monkeypatch):
+    """Issue 9 fault 1: the per-rank reseed and the model's memory format are no DataModule's business."""
+    images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8)
+    crops = []
+    for rank in ("0", "1"):  # a real Trainer of a 2-process DDP job, as each rank builds it
+        monkeypatch.setenv("LOCAL_RANK", rank)
+        trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False, enable_progress_bar=False)
+        assert trainer.global_rank == int(rank) and trainer.world_size == 2
+        torch.manual_seed(42)  # seed_everything(cfg.seed): the same on every rank
+        seed = RankSeed()
+        seed.setup(trainer, None, "fit")
+        crops.append(aug.random_crop(images, 4, flip=True))
+    assert not torch.equal(crops[0], crops[1])
+    monkeypatch.delenv("LOCAL_RANK")
+    for name in ("a", "b"):
+        (tmp_path / "images" / "train" / name).mkdir(parents=True)
+        Image.fromarray(np.full((8, 8, 3), len(name), np.uint8)).save(tmp_path / "images" / "train" / name / "0.png")
+    data = ["data=image_folder", f"data.root={tmp_path / 'images'}", "data.val_size=0", "data.channels_last=true"]
+    cfg = compose_cfg(data, tmp_path)
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare_data()
+    state = torch.get_rng_state()
+    datamodule.setup("fit")
+    assert torch.equal(torch.get_rng_state(), state)
+    model = build_model(cfg, datamodule)
+    conv = next(m for m in model.net.modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
