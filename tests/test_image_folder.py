@@ -147,6 +147,10 @@ def test_val_and_test_folders_or_their_absence(tmp_path):
 def test_no_train_folder_says_what_the_layout_is(tmp_path):
     with pytest.raises(BriskError, match="no train/ folder there. An image folder holds train/<class>/<images>"):
         ImageFolderDataModule(root=str(tmp_path)).class_names  # noqa: B018
+    with pytest.raises(BriskError, match="data.root is not set: brisk-train data=image_folder data.root="):
+        ImageFolderDataModule(root=None)
+    with pytest.raises(BriskError, match="data.image_size=0 must be"):
+        ImageFolderDataModule(root=str(tmp_path), image_size=0)
 
 
 def test_train_size_takes_a_fixed_subset_after_the_val_split(tmp_path):

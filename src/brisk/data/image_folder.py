@@ -36,9 +36,18 @@ class ImageFolderDataModule(TensorDataModule):
     """
 
     def __init__(
-        self, root: str, image_size: int = 32, skip_bad: bool = False, cache_dir: str | None = None, **common
+        self,
+        root: str | None = None,
+        image_size: int = 32,
+        skip_bad: bool = False,
+        cache_dir: str | None = None,
+        **common,
     ) -> None:
         super().__init__(**common)
+        if not root:
+            raise BriskError("data.root is not set: brisk-train data=image_folder data.root=<folder with train/ in it>")
+        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
+            raise BriskError(f"data.image_size={image_size} must be a whole number of pixels >= 1, e.g. 32.")
         self._folders: dict[str, Path | None] = {}
         self._loaded: dict[str, tuple[torch.Tensor, torch.Tensor, dict] | None] = {}
 
