@@ -136,3 +136,21 @@ def test_ranks_draw_their_own_augmentations_and_data_code_leaves_the_rng_alone(t
     model = build_model(cfg, datamodule)
     conv = next(m for m in model.net.modules() if isinstance(m, torch.nn.Conv2d))
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.slow
+def test_ddp_trains_on_an_image_folder(tmp_path, brisk_root):
+    """Two gloo ranks: rank 0 decodes the cache in prepare_data, both map it, their shards cover the split."""
+    from conftest import read_summary, run_cli, run_dir_of
+
+    for c, name in enumerate(["x", "y"]):
+        for i in range(20):
+            path = tmp_path / "images" / "train" / name / f"{i}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.full((12, 12, 3), 40 + 150 * c + i, np.uint8)).save(path)
+    args = [*TINY_RUN, "data=image_folder", f"data.root={tmp_path / 'images'}", "data.val_size=8"]
+    args += ["data.batch_size=8", "strategy=ddp", "trainer.devices=2"]
+    summary = read_summary(run_dir_of(run_cli("train", args, brisk_root)))
+    assert summary["world_size"] == 2 and summary["global_step"] == 32 // 8
+    assert summary["class_names"] == ["x", "y"]
+    assert len(list((tmp_path / "images" / ".brisk-cache").iterdir())) == 1
