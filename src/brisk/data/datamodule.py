@@ -24,6 +24,12 @@ class _CifarFormat(TensorDataModule):
     def read(self, split: str) -> tuple[torch.Tensor, torch.Tensor] | None:
         return None if split == "val" else cf.read_split(self.folder, train=split == "train")
 
+    def channel_stats(self) -> tuple[list[float], list[float]]:
+        # CIFAR-10's published values, as every CIFAR-10 result uses. data=synthetic stands in for CIFAR-10
+        # (offline runs, the lab), so it normalizes the same way; computed from its own images instead, the
+        # DDP-equals-one-process weights of test_equivalence drift past its 1e-5 tolerance (2.3e-5, float noise).
+        return list(cf.MEAN), list(cf.STD)
+
 
 class CIFAR10DataModule(_CifarFormat):
     """CIFAR-10: 50,000 training and 10,000 test images; downloaded once.
@@ -55,9 +61,6 @@ class CIFAR10DataModule(_CifarFormat):
                 f"Put {cf.FOLDER}/ there, set data.root to where it is, or run with data=synthetic."
             )
         cf.download(self.folder)
-
-    def channel_stats(self) -> tuple[list[float], list[float]]:
-        return list(cf.MEAN), list(cf.STD)  # the published values, as every CIFAR-10 result uses
 
 
 class SyntheticDataModule(_CifarFormat):
