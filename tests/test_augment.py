@@ -65,6 +65,6 @@ def test_cutout_zeroes_one_square_per_image():
 
 def test_normalize():
     x = _images()
-    y = aug.normalize(x, channels_last=True)
+    y = aug.normalize(x, [127.0] * 3, [64.0] * 3, channels_last=True)
     assert y.dtype == torch.float32 and y.is_contiguous(memory_format=torch.channels_last)
     assert abs(y.mean().item()) < 0.5

@@ -51,9 +51,11 @@ def test_normalize_matches_the_classic_totensor_normalize():
     """The pipeline comparison is fair only if both sides produce the same tensors from the same image."""
     torch.manual_seed(0)
     x = torch.randint(0, 256, (8, 3, 32, 32), dtype=torch.uint8)
-    classic = pipeline.ClassicCIFAR(x, torch.zeros(8, dtype=torch.long), pipeline.classic_transform(0, False))
+    mean, std = [125.3, 123.0, 113.9], [63.0, 62.1, 66.7]
+    transform = pipeline.classic_transform(0, False, 32, mean, std)
+    classic = pipeline.ClassicCIFAR(x, torch.zeros(8, dtype=torch.long), transform)
     expected = torch.stack([classic[i][0] for i in range(len(x))])
-    assert torch.allclose(aug.normalize(x), expected, atol=1e-5)
+    assert torch.allclose(aug.normalize(x, mean, std), expected, atol=1e-5)
     assert torch.equal(torch.from_numpy(classic.data).permute(0, 3, 1, 2), x), "HWC, as torchvision keeps CIFAR"
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torchvision
 from hydra.utils import instantiate
 
 from brisk.builder import build_datamodule, build_model, build_trainer
@@ -36,6 +37,14 @@ NEEDS = {("logger", "wandb"): "wandb", ("logger", "mlflow"): "mlflow", ("logger"
 NEEDS_CUDA = {("strategy", "fsdp"), ("strategy", "deepspeed"), ("trainer", "gpu")}
 
 
+def image_folder(root: Path) -> Path:
+    """Two classes of one real image each: enough for the DataModule to know its classes."""
+    for name in ("a", "b"):
+        (root / "train" / name).mkdir(parents=True, exist_ok=True)
+        torchvision.io.write_png(torch.zeros(3, 8, 8, dtype=torch.uint8), str(root / "train" / name / "0.png"))
+    return root
+
+
 def test_every_group_has_options():
     assert {g for g, _ in OPTIONS} == set(GROUPS)
 
@@ -51,10 +60,13 @@ def test_option_composes_and_instantiates(group, option, brisk_root):
         "trainer": ("trainer.accelerator", "trainer.devices"),
     }.get(group, ())
     overrides = [o for o in TINY if not o.startswith(own)] if own else TINY
+    if (group, option) == ("data", "image_folder"):
+        overrides = [*overrides, f"data.root={image_folder(brisk_root / 'images')}"]
     cfg = compose_cfg([*overrides, f"{group}={option}"], brisk_root)
-    assert build_datamodule(cfg).hparams.batch_size > 0
-    model = build_model(cfg)
-    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+    datamodule = build_datamodule(cfg)
+    assert datamodule.hparams.batch_size > 0
+    model = build_model(cfg, datamodule)
+    assert model(torch.zeros(2, 3, 32, 32)).shape == (2, datamodule.num_classes)
     if (group, option) in NEEDS_CUDA and not torch.cuda.is_available():
         with pytest.raises(BriskError, match="CUDA"):
             build_trainer(cfg)

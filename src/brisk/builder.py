@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from brisk import checks, distributed, preflight, rundir
-from brisk.callbacks import DivergenceGuard, ResumeState, SigtermCheckpoint, SpeedMeter, StartupClock
+from brisk.callbacks import DivergenceGuard, RankSeed, ResumeState, SigtermCheckpoint, SpeedMeter, StartupClock
 from brisk.checkpoint_io import SafeCheckpointIO
 
 
@@ -65,17 +65,28 @@ def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     return instantiate(cfg.data)
 
 
-def build_model(cfg: DictConfig) -> L.LightningModule:
+def build_model(cfg: DictConfig, datamodule: L.LightningDataModule | None = None) -> L.LightningModule:
+    """The model for the data: its classes come from the DataModule (built from cfg.data if not given)."""
+    datamodule = datamodule if datamodule is not None else build_datamodule(cfg)
     # _recursive_=False: the classifier builds its own net and optimizer, and keeps their configs as hparams.
-    return instantiate(cfg.model, optimizer=cfg.optimizer, scheduler=cfg.get("scheduler"), _recursive_=False)
+    model = instantiate(
+        cfg.model,
+        optimizer=cfg.optimizer,
+        scheduler=cfg.get("scheduler"),
+        class_names=datamodule.class_names,
+        _recursive_=False,
+    )
+    if datamodule.hparams.get("channels_last"):  # the DataModule delivers channels_last inputs: match them
+        model.to(memory_format=torch.channels_last)
+    return model
 
 
 def always_on() -> list[L.Callback]:
     """Whatever the callbacks group says: the measurements in summary.json (find them in trainer.callbacks),
-    exact resume, NaN stop, checkpoint on SIGTERM."""
-    return [SpeedMeter(), StartupClock(), ResumeState(), DivergenceGuard(), SigtermCheckpoint()]
+    exact resume, each rank's own augmentation draws, NaN stop, checkpoint on SIGTERM."""
+    return [SpeedMeter(), StartupClock(), ResumeState(), RankSeed(), DivergenceGuard(), SigtermCheckpoint()]
 
 
 def build(cfg: DictConfig) -> tuple[L.Trainer, L.LightningDataModule, L.LightningModule]:
     datamodule = build_datamodule(cfg)  # first: the pre-flight checks read the data through it
-    return build_trainer(cfg, always_on(), datamodule), datamodule, build_model(cfg)
+    return build_trainer(cfg, always_on(), datamodule), datamodule, build_model(cfg, datamodule)

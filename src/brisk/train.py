@@ -71,6 +71,8 @@ def train(cfg: DictConfig) -> float | None:
                 "ckpt_path": best,
                 "last_ckpt_path": last,
                 "seed": cfg.seed,
+                "class_names": datamodule.class_names,
+                "normalization": {"mean": datamodule.mean, "std": datamodule.std},
                 "sparsity": sparsity(model),  # of the tested weights: per conv/linear weight and in total
                 "overrides": list(HydraConfig.get().overrides.task),
                 "hardware": run_summary.hardware(),

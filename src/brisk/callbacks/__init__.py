@@ -4,6 +4,7 @@ from brisk.callbacks.interrupt import SigtermCheckpoint
 from brisk.callbacks.plots import RunPlots
 from brisk.callbacks.progress import ProgressBar
 from brisk.callbacks.pruning import Pruning
+from brisk.callbacks.rank_seed import RankSeed
 from brisk.callbacks.resume import ResumeState
 from brisk.callbacks.speed import SpeedMeter
 from brisk.callbacks.startup import StartupClock
@@ -12,6 +13,7 @@ __all__ = [
     "DivergenceGuard",
     "LastCheckpoint",
     "ProgressBar",
+    "RankSeed",
     "Pruning",
     "ResumeState",
     "RunPlots",

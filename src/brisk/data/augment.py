@@ -7,10 +7,6 @@ from __future__ import annotations
 
 import torch
 
-# CIFAR-10 channel statistics of the training split, on the 0..255 scale.
-MEAN = (125.31, 122.95, 113.87)
-STD = (62.99, 62.09, 66.70)
-
 
 def random_crop(x: torch.Tensor, pad: int, flip: bool = False) -> torch.Tensor:
     """Pad by `pad` with zeros and crop back to the input size at a random offset per image.
@@ -66,24 +62,27 @@ def augment(x: torch.Tensor, crop_pad: int = 0, flip: bool = False, cutout_size:
     return cutout(x, cutout_size)
 
 
-def _affine(device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-channel scale and shift of the normalization, made once per device and dtype.
+def _affine(mean, std, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel scale and shift of the normalization, made once per statistics, device and dtype.
 
     Built on every call, they would be a host-to-device copy per batch, which waits for the GPU.
     """
-    key = (device, dtype)
+    key = (tuple(mean), tuple(std), device, dtype)
     if key not in _AFFINE:
-        scale = 1.0 / torch.tensor(STD, dtype=torch.float64)
-        shift = -torch.tensor(MEAN, dtype=torch.float64) * scale
-        _AFFINE[key] = tuple(t.to(device=device, dtype=dtype).view(1, 3, 1, 1) for t in (scale, shift))
+        scale = 1.0 / torch.tensor(std, dtype=torch.float64)
+        shift = -torch.tensor(mean, dtype=torch.float64) * scale
+        _AFFINE[key] = tuple(t.to(device=device, dtype=dtype).view(1, -1, 1, 1) for t in (scale, shift))
     return _AFFINE[key]
 
 
-_AFFINE: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+_AFFINE: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def normalize(x: torch.Tensor, dtype: torch.dtype = torch.float32, channels_last: bool = False) -> torch.Tensor:
+def normalize(
+    x: torch.Tensor, mean, std, dtype: torch.dtype = torch.float32, channels_last: bool = False
+) -> torch.Tensor:
+    """uint8 -> (x - mean) / std per channel; `mean` and `std` on the 0..255 scale (the DataModule's)."""
     # In place on the converted copy: one new tensor, not three (batch 512, one CPU thread: 0.8 ms, was 1.8-4.5 ms).
-    scale, shift = _affine(x.device, dtype)
+    scale, shift = _affine(mean, std, x.device, dtype)
     x = x.to(dtype, copy=True).mul_(scale).add_(shift)
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x

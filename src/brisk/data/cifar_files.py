@@ -22,6 +22,13 @@ TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 TEST_FILES = ["test_batch"]
 META_FILE = "batches.meta"
 NUM_CLASSES = 10
+IMAGE_SIZE = 32
+# The official label names (batches.meta), label 0 first.
+CLASS_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+# The published channel statistics of the training split (0.4914, 0.4822, 0.4465 and 0.2470, 0.2435, 0.2616
+# on the 0..1 scale), here on the 0..255 scale.
+MEAN = (125.31, 122.95, 113.87)
+STD = (62.99, 62.09, 66.70)
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 ARCHIVE_MD5 = "c58f30108f718f92721af3b95e74349a"
 
@@ -80,7 +87,7 @@ def read_batch(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
     if len(labels) and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
         bad = int(labels[(labels < 0) | (labels >= NUM_CLASSES)][0])
         raise BriskError(f"{path}: label {bad} is outside 0..{NUM_CLASSES - 1}. {_FIX}")
-    images = torch.from_numpy(np.ascontiguousarray(data)).view(-1, 3, 32, 32)
+    images = torch.from_numpy(np.ascontiguousarray(data)).view(-1, 3, IMAGE_SIZE, IMAGE_SIZE)
     return images, torch.from_numpy(labels.astype(np.int64))
 
 

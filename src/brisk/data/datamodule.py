@@ -1,137 +1,87 @@
-"""CIFAR10DataModule: the whole split in memory as uint8, batches by indexing, augmentation on the device."""
+"""CIFAR-10 from `root/cifar-10-batches-py`, and generated data in the same format (`data=synthetic`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import lightning as L
 import torch
 
-from brisk.containers import plain
-from brisk.data import augment as aug
 from brisk.data import cifar_files as cf
 from brisk.data import synthetic as syn
-from brisk.data.loader import TensorBatchLoader
+from brisk.data.base import TensorDataModule
 from brisk.errors import BriskError
 
 
-class CIFAR10DataModule(L.LightningDataModule):
-    """CIFAR-10 (or generated data in its format) from `root/cifar-10-batches-py`.
+class _CifarFormat(TensorDataModule):
+    """What both read: the CIFAR-10 python batches in `self.folder / cifar-10-batches-py`, 32 x 32, 10 classes."""
+
+    folder: Path
+
+    @property
+    def image_size(self) -> int:
+        return cf.IMAGE_SIZE
+
+    def read(self, split: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return None if split == "val" else cf.read_split(self.folder, train=split == "train")
+
+    def channel_stats(self) -> tuple[list[float], list[float]]:
+        # CIFAR-10's published values, as every CIFAR-10 result uses. data=synthetic stands in for CIFAR-10
+        # (offline runs, the lab), so it normalizes the same way; computed from its own images instead, the
+        # DDP-equals-one-process weights of test_equivalence drift past its 1e-5 tolerance (2.3e-5, float noise).
+        return list(cf.MEAN), list(cf.STD)
+
+
+class CIFAR10DataModule(_CifarFormat):
+    """CIFAR-10: 50,000 training and 10,000 test images; downloaded once.
 
     Args:
-        root: the folder holding `cifar-10-batches-py/`. With `synthetic`, the folder under which
-            generated sets are cached, one sub-folder per parameter set.
-        batch_size: the global batch, split evenly across devices.
-        val_size: images of the train split held out for validation (a fixed split, see `split_seed`).
-        split_seed: seeds the train/val split only, so changing the run's seed keeps the same val set.
-        eval_batch_size: the global batch for val and test; defaults to `batch_size`.
-        augment: keyword arguments of `brisk.data.augment.augment`, applied to training batches.
-        channels_last: convert inputs and the model to channels_last (faster convolutions on tensor cores).
+        root: the folder holding `cifar-10-batches-py/`.
         download: fetch the official archive if the files are missing.
-        synthetic: if set, generate data with these `brisk.data.synthetic.write` arguments.
+        **common: the keys every dataset shares (`brisk.data.base.TensorDataModule`).
     """
 
-    def __init__(
-        self,
-        root: str = "data",
-        batch_size: int = 512,
-        val_size: int = 5000,
-        split_seed: int = 0,
-        eval_batch_size: int | None = None,
-        augment: dict | None = None,
-        channels_last: bool = False,
-        download: bool = True,
-        synthetic: dict | None = None,
-    ) -> None:
-        super().__init__()
-        augment, synthetic = plain(augment) or {}, plain(synthetic)
-        self.save_hyperparameters()
-        self.splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        # The run's seed (brisk-train seeds before building), the same on every rank: it orders each epoch,
-        # so the ranks' strided shards of one permutation are disjoint.
-        self.order_seed = torch.initial_seed()
+    def __init__(self, root: str = "data", download: bool = True, **common) -> None:
+        super().__init__(**common)
 
     @property
     def folder(self) -> Path:
-        """The folder that holds `cifar-10-batches-py/`."""
-        if self.hparams.synthetic is not None:
-            return syn.cache_folder(self.hparams.root, **self.hparams.synthetic)
         return Path(self.hparams.root)
 
+    @property
+    def class_names(self) -> list[str]:
+        return list(cf.CLASS_NAMES)
+
     def prepare_data(self) -> None:
-        if self.hparams.synthetic is not None:
-            syn.write(self.folder, **self.hparams.synthetic)
-        elif not cf.is_present(self.folder):
-            cf.check_not_partial(self.folder)
-            if not self.hparams.download:
-                raise BriskError(
-                    f"CIFAR-10 not found in {self.folder / cf.FOLDER} and data.download=false. "
-                    f"Put {cf.FOLDER}/ there, set data.root to where it is, or run with data=synthetic."
-                )
-            cf.download(self.folder)
+        if cf.is_present(self.folder):
+            return
+        cf.check_not_partial(self.folder)
+        if not self.hparams.download:
+            raise BriskError(
+                f"CIFAR-10 not found in {self.folder / cf.FOLDER} and data.download=false. "
+                f"Put {cf.FOLDER}/ there, set data.root to where it is, or run with data=synthetic."
+            )
+        cf.download(self.folder)
+
+
+class SyntheticDataModule(_CifarFormat):
+    """Generated images in the CIFAR-10 file format (`brisk.data.synthetic`), read by the same reader.
+
+    Args:
+        synthetic: `brisk.data.synthetic.write` arguments (n_train, n_test, seed, noise).
+        root: the folder under which generated sets are cached, one sub-folder per parameter set.
+        **common: the keys every dataset shares (`brisk.data.base.TensorDataModule`).
+    """
+
+    def __init__(self, synthetic: dict, root: str = "data", **common) -> None:
+        super().__init__(**common)
 
     @property
-    def world_size(self) -> int:
-        return self.trainer.world_size if self.trainer is not None else 1
+    def folder(self) -> Path:
+        return syn.cache_folder(self.hparams.root, **self.hparams.synthetic)
 
-    def per_device(self, global_batch: int, key: str) -> int:
-        if global_batch % self.world_size:
-            raise BriskError(
-                f"{key}={global_batch} does not split across {self.world_size} processes. "
-                f"Use a multiple of {self.world_size}."
-            )
-        return global_batch // self.world_size
+    @property
+    def class_names(self) -> list[str]:
+        return [f"class_{i}" for i in range(cf.NUM_CLASSES)]
 
-    def setup(self, stage: str | None = None) -> None:
-        if stage == "fit" and self.world_size > 1:
-            # Every rank was seeded alike; without this they would draw the same crops and flips for
-            # their different images. (A resumed run then restores each rank's saved generators.)
-            torch.manual_seed(self.order_seed + self.trainer.global_rank)
-        if self.trainer is not None and self.hparams.channels_last:
-            self.trainer.lightning_module.to(memory_format=torch.channels_last)
-        if stage in ("fit", "validate", None) and "train" not in self.splits:
-            x, y = cf.read_split(self.folder, train=True)
-            n_val = self.hparams.val_size
-            if not 0 <= n_val < len(y):
-                raise BriskError(f"data.val_size={n_val} must be between 0 and {len(y) - 1}, the train split size.")
-            order = torch.randperm(len(y), generator=torch.Generator().manual_seed(self.hparams.split_seed))
-            self.splits["train"] = (x[order[n_val:]], y[order[n_val:]])
-            self.splits["val"] = (x[order[:n_val]], y[order[:n_val]])
-        if stage in ("test", None) and "test" not in self.splits:
-            self.splits["test"] = cf.read_split(self.folder, train=False)
-
-    def _loader(self, split: str, train: bool) -> TensorBatchLoader:
-        if train:
-            batch = self.per_device(self.hparams.batch_size, "data.batch_size")
-        else:
-            global_eval = self.hparams.eval_batch_size or self.hparams.batch_size
-            batch = self.per_device(global_eval, "data.eval_batch_size")
-        trainer = self.trainer
-        return TensorBatchLoader(
-            *self.splits[split],
-            batch_size=batch,
-            shuffle=train,
-            drop_last=train,
-            rank=trainer.global_rank if trainer is not None else 0,
-            world_size=self.world_size,
-            seed=self.order_seed,
-            epoch_fn=lambda: trainer.current_epoch if trainer is not None else 0,
-        )
-
-    def train_dataloader(self) -> TensorBatchLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> TensorBatchLoader | list:
-        return self._loader("val", train=False) if self.hparams.val_size else []
-
-    def test_dataloader(self) -> TensorBatchLoader:
-        return self._loader("test", train=False)
-
-    def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        x, y = batch
-        if self.trainer is not None and self.trainer.training:
-            x = aug.augment(x, **self.hparams.augment)
-        x = aug.normalize(x, channels_last=self.hparams.channels_last)
-        if self.trainer is not None:  # 16-true, bf16-true and 64 want the inputs in their dtype too
-            x = self.trainer.precision_plugin.convert_input(x)
-        return x, y
+    def prepare_data(self) -> None:
+        syn.write(self.folder, **self.hparams.synthetic)

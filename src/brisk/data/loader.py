@@ -4,6 +4,9 @@ There is no per-sample __getitem__ and no collate: one index_select per batch. U
 shards each epoch itself, so it needs no DistributedSampler: every rank draws the same
 permutation (seeded by the run seed and the epoch) and takes a disjoint strided slice of it.
 
+`rows` maps the split's samples to rows of `images`, so a split taken out of a larger (possibly
+memory-mapped) tensor is never copied.
+
 It is stateful: Lightning saves `state_dict()` (how far into which epoch) in every checkpoint and,
 when it resumes mid-epoch, calls `load_state_dict()` before iterating, so the resumed epoch yields
 exactly the batches the interrupted one had not reached yet.
@@ -28,8 +31,9 @@ class TensorBatchLoader:
         world_size: int = 1,
         seed: int = 0,
         epoch_fn: Callable[[], int] = lambda: 0,
+        rows: torch.Tensor | None = None,
     ) -> None:
-        self.images, self.labels = images, labels
+        self.images, self.labels, self.rows = images, labels, rows
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.rank, self.world_size, self.seed, self.epoch_fn = rank, world_size, seed, epoch_fn
         # Position in the current epoch's order. Lightning reads the batch count straight after a batch
@@ -81,4 +85,5 @@ class TensorBatchLoader:
         for i in range(start, len(self)):
             idx = order[i * self.batch_size : (i + 1) * self.batch_size]
             self._yielded = i + 1
-            yield self.images.index_select(0, idx), self.labels.index_select(0, idx)
+            image_rows = idx if self.rows is None else self.rows.index_select(0, idx)
+            yield self.images.index_select(0, image_rows), self.labels.index_select(0, idx)

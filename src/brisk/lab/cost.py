@@ -7,18 +7,16 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch.utils.flop_counter import FlopCounterMode
 
-CIFAR_IMAGE = (1, 3, 32, 32)
 
-
-def net_cost(net_cfg: DictConfig) -> dict[str, float]:
+def net_cost(net_cfg: DictConfig, num_classes: int, image_size: int) -> dict[str, float]:
     """Counted on a fresh net from the config, so a compiled or moved net is never disturbed.
 
     FlopCounterMode counts a multiply-add as 2 FLOPs; a training step costs about 3x the forward.
     """
-    net = instantiate(net_cfg).eval()
+    net = instantiate(net_cfg, num_classes=num_classes).eval()
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
-        net(torch.zeros(CIFAR_IMAGE))
+        net(torch.zeros(1, 3, image_size, image_size))
     return {
         "params": sum(p.numel() for p in net.parameters()),
         "gflops_per_image": counter.get_total_flops() / 1e9,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig
 
+from brisk.builder import build_datamodule
 from brisk.errors import BriskError
 from brisk.lab.compose import compose_with, run_child
 from brisk.lab.cost import net_cost
@@ -46,6 +47,7 @@ def plan(name: str, spec: DictConfig) -> list[tuple[str, list[str], DictConfig]]
 
 
 def _row(label: str, overrides: list[str], cfg: DictConfig, runs: list[dict]) -> dict:
+    data = build_datamodule(cfg)  # reads nothing: its classes and image size size the net
     row = {k: median([r[k] for r in runs]) for k in NUMBERS}
     row.update(
         label=label,
@@ -56,7 +58,7 @@ def _row(label: str, overrides: list[str], cfg: DictConfig, runs: list[dict]) ->
         batch_size=cfg.data.batch_size,
         accumulation=cfg.trainer.get("accumulate_grad_batches", 1),
         memory=runs[0]["memory"],
-        **net_cost(cfg.model.net),
+        **net_cost(cfg.model.net, data.num_classes, data.image_size),
     )
     if cfg.model.get("compile"):
         # The first step traces and compiles. From the first round: later ones find inductor's on-disk cache.

@@ -18,7 +18,6 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 from brisk.builder import build_datamodule
-from brisk.data import augment as aug
 from brisk.errors import BriskError
 from brisk.lab.clock import sync
 from brisk.lab.plain import device_of
@@ -40,11 +39,11 @@ class ClassicCIFAR(Dataset):
         return self.transform(Image.fromarray(self.data[i])), self.targets[i]
 
 
-def classic_transform(crop_pad: int, flip: bool) -> T.Compose:
-    steps = [T.RandomCrop(32, padding=crop_pad)] if crop_pad else []
+def classic_transform(crop_pad: int, flip: bool, size: int, mean: list[float], std: list[float]) -> T.Compose:
+    steps = [T.RandomCrop(size, padding=crop_pad)] if crop_pad else []
     steps += [T.RandomHorizontalFlip()] if flip else []
-    mean = [m / 255 for m in aug.MEAN]
-    std = [s / 255 for s in aug.STD]
+    mean = [m / 255 for m in mean]
+    std = [s / 255 for s in std]
     return T.Compose([*steps, T.ToTensor(), T.Normalize(mean, std)])
 
 
@@ -66,16 +65,26 @@ def compare(cfg: DictConfig, workers: int, rounds: int) -> dict:
     datamodule = build_datamodule(cfg)
     datamodule.prepare_data()
     datamodule.setup("fit")
-    images, labels = datamodule.splits["train"]
+    images, labels = datamodule.tensors("train")
     augment = dict(datamodule.hparams.augment)
     if augment.get("cutout_size"):
         raise BriskError("augment: the pipeline comparison has crop and flip on both sides. Use augment=standard.")
 
     def brisk_prepare(x: torch.Tensor) -> torch.Tensor:
-        return aug.normalize(aug.augment(x, **augment))
+        return datamodule.prepare_batch(x, train=True)
 
     classic = DataLoader(
-        ClassicCIFAR(images, labels, classic_transform(augment.get("crop_pad", 0), augment.get("flip", False))),
+        ClassicCIFAR(
+            images,
+            labels,
+            classic_transform(
+                augment.get("crop_pad", 0),
+                augment.get("flip", False),
+                images.shape[-1],
+                datamodule.mean,
+                datamodule.std,
+            ),
+        ),
         batch_size=batch_size,
         shuffle=True,
         drop_last=True,

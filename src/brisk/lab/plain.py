@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from brisk.builder import build_datamodule, build_model, resolve_precision
-from brisk.data import augment as aug
 from brisk.errors import BriskError
 from brisk.lab.clock import Window
 from brisk.lab.memory import PeakMemory
@@ -55,9 +54,9 @@ def plain_loop(cfg: DictConfig, warmup: int, steps: int) -> dict:
     device = device_of(cfg)
     autocast, scaler = _autocast(resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator)), device)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    model = build_model(cfg)
     # Its own DataModule, never one a fit has used (that one would follow its Trainer's epoch and rank).
     datamodule = build_datamodule(cfg)
+    model = build_model(cfg, datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
     channels_last = datamodule.hparams.channels_last
@@ -76,7 +75,7 @@ def plain_loop(cfg: DictConfig, warmup: int, steps: int) -> dict:
         loader.epoch_fn = lambda epoch=epoch: epoch  # each epoch its own order, as in a fit
         for x, y in loader:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            x = aug.normalize(aug.augment(x, **datamodule.hparams.augment), channels_last=channels_last)
+            x = datamodule.prepare_batch(x, train=True)
             with autocast():
                 loss = F.cross_entropy(model(x), y, label_smoothing=smoothing)
             optimizer.zero_grad()

@@ -29,7 +29,8 @@ class ImageClassifier(L.LightningModule):
         optimizer: config of a partial optimizer (`_partial_: true`), called with the parameter groups.
         scheduler: config of a partial LR scheduler, or None. Its `interval` key (step|epoch) says
             how often it steps; `total_steps` is filled in from the trainer if the scheduler takes it.
-        num_classes: for the accuracy metrics.
+        class_names: the data's classes, label 0 first (the builder passes the DataModule's): they size the
+            net's output and the metrics, and a checkpoint holds them.
         label_smoothing: as in `F.cross_entropy`.
         weight_decay: applied to weights only; biases and norm parameters get none.
         l1: coefficient of an L1 penalty on all weights, added to the training loss.
@@ -43,8 +44,8 @@ class ImageClassifier(L.LightningModule):
         self,
         net: dict,
         optimizer: dict,
+        class_names: list[str],
         scheduler: dict | None = None,
-        num_classes: int = 10,
         label_smoothing: float = 0.0,
         weight_decay: float = 0.0,
         l1: float = 0.0,
@@ -54,9 +55,10 @@ class ImageClassifier(L.LightningModule):
         super().__init__()
         if tta not in TTA:
             raise BriskError(f"model.tta={tta} is unknown. Choose one of: {', '.join(TTA)}.")
-        net, optimizer, scheduler = plain(net), plain(optimizer), plain(scheduler)
+        net, optimizer, scheduler, class_names = plain(net), plain(optimizer), plain(scheduler), list(class_names)
         self.save_hyperparameters()
-        self.net = instantiate(net)
+        num_classes = len(class_names)
+        self.net = instantiate(net, num_classes=num_classes)  # a net takes num_classes: the data decides it
         if compile:
             self.net.compile()  # in place: state_dict keys stay the same as without compile
         # keyed "<stage>_acc": a ModuleDict key "train" would clash with nn.Module.train

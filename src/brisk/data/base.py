@@ -1,0 +1,218 @@
+"""TensorDataModule: the fast path every brisk dataset shares.
+
+A dataset subclass says only what its splits hold (`read`) and what its classes are called
+(`class_names`). This base does the rest: the val split, `train_size` and `dedup`, channel
+statistics, TensorBatchLoader batches (exact DDP shards, exact resume), and augmentation plus
+normalization on the training device in `on_after_batch_transfer`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+from brisk.containers import plain
+from brisk.data import augment as aug
+from brisk.data import splits
+from brisk.data.loader import TensorBatchLoader
+from brisk.errors import BriskError
+
+log = logging.getLogger("brisk")
+
+
+class Split(NamedTuple):
+    images: torch.Tensor  # uint8 N x 3 x H x W, possibly memory-mapped: indexed, never copied whole
+    rows: torch.Tensor  # int64: the rows of `images` that belong to this split
+    labels: torch.Tensor  # int64, one per entry of `rows`
+
+
+def whole(images: torch.Tensor, labels: torch.Tensor) -> Split:
+    return Split(images, torch.arange(len(labels)), labels)
+
+
+class TensorDataModule(L.LightningDataModule):
+    """The shared base. Its arguments are every dataset's `data.*` keys.
+
+    Args:
+        batch_size: the global batch, split evenly across devices.
+        val_size: images held out of the train split for validation: a count, or a fraction such as 0.1
+            (a fixed split, see `split_seed`). Unused by datasets that have their own val split.
+        split_seed: seeds the val split and the `train_size` subset only, so changing the run's seed keeps them.
+        eval_batch_size: the global batch for val and test; defaults to `batch_size`.
+        augment: keyword arguments of `brisk.data.augment.augment`, applied to training batches.
+        channels_last: inputs (and, by the builder, the model) in channels_last: faster convolutions on tensor cores.
+        train_size: train on a fixed subset of this many images (or this fraction), taken after the val split.
+        dedup: drop exact duplicate images from the train split before the val split is taken.
+    """
+
+    def __init__(
+        self,
+        batch_size: int = 512,
+        val_size: int | float = 5000,
+        split_seed: int = 0,
+        eval_batch_size: int | None = None,
+        augment: dict | None = None,
+        channels_last: bool = False,
+        train_size: int | float | None = None,
+        dedup: bool = False,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()  # with the subclass's own arguments (Lightning collects the whole __init__ chain)
+        # Plain containers: checkpoints hold these and load with weights_only=True.
+        self.hparams.update({k: plain(v) for k, v in self.hparams.items()})
+        self.hparams.augment = self.hparams.augment or {}
+        self.splits: dict[str, Split | None] = {}
+        # Per-channel mean and std on the 0..255 scale; from the data at setup, or from a checkpoint.
+        self.mean: list[float] | None = None
+        self.std: list[float] | None = None
+        self.dedup_report: dict[str, int] | None = None
+        # The run's seed (brisk-train seeds before building), the same on every rank: it orders each epoch,
+        # so the ranks' strided shards of one permutation are disjoint.
+        self.order_seed = torch.initial_seed()
+
+    # --- what a dataset provides -------------------------------------------------------------------------
+
+    @property
+    def class_names(self) -> list[str]:
+        """The class names, label i first. Known without reading the images: the builder sizes the model by it."""
+        raise NotImplementedError
+
+    @property
+    def image_size(self) -> int:
+        """Height and width of every image (images are square)."""
+        raise NotImplementedError
+
+    def read(self, split: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The whole `split` ("train", "val" or "test") as (uint8 N x 3 x H x W, int64 labels), or None if the
+        dataset has no such split (no val: it is taken from train; no test: testing is skipped)."""
+        raise NotImplementedError
+
+    def channel_stats(self) -> tuple[list[float], list[float]]:
+        """Mean and std per channel (0..255) of the training images. A dataset with published values returns them."""
+        images, _ = self._read_train()
+        return splits.channel_stats(images)
+
+    # --- the rest is shared -------------------------------------------------------------------------------
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def _read_train(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if not hasattr(self, "_train"):
+            self._train = self.read("train")
+        return self._train
+
+    def setup(self, stage: str | None = None) -> None:
+        if stage in ("fit", "validate", None) and "train" not in self.splits:
+            self._split_train()
+        if stage in ("test", None) and "test" not in self.splits:
+            test = self.read("test")
+            self.splits["test"] = None if test is None else whole(*test)
+            if test is None:
+                rank_zero_warn(f"{type(self).__name__} has no test split: the test stage is skipped.")
+        if self.mean is None:  # a checkpoint's values, restored later by Lightning, take precedence
+            self.mean, self.std = self.channel_stats()
+
+    def _split_train(self) -> None:
+        images, labels = self._read_train()
+        rows = torch.arange(len(labels))
+        if self.hparams.dedup:
+            rows = self._dedup(images, rows)
+        g = torch.Generator().manual_seed(self.hparams.split_seed)
+        own_val = self.read("val")
+        if own_val is None:
+            n_val = splits.count(self.hparams.val_size, len(rows), "data.val_size", high=len(rows) - 1)
+            order = rows[torch.randperm(len(rows), generator=g)]
+            rows, val_rows = order[n_val:], order[:n_val]
+            self.splits["val"] = Split(images, val_rows, labels[val_rows])
+        else:
+            self.splits["val"] = whole(*own_val)
+        if self.hparams.train_size is not None:
+            n = splits.count(self.hparams.train_size, len(rows), "data.train_size", low=1)
+            rows = rows[torch.randperm(len(rows), generator=g)[:n]]
+        self.splits["train"] = Split(images, rows, labels[rows])
+
+    def _dedup(self, images: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        kept, seen = splits.first_copies(images, rows)
+        test = self.read("test")
+        in_test = 0
+        if test is not None:
+            in_test = len(seen.intersection(splits.digests(test[0], torch.arange(len(test[1])))))
+        self.dedup_report = {"dropped": len(rows) - len(kept), "kept": len(kept), "also_in_test": in_test}
+        rank_zero_info(
+            f"data.dedup: dropped {len(rows) - len(kept)} exact duplicate image(s) from the train split "
+            f"({len(rows)} -> {len(kept)}); {in_test} distinct train image(s) also appear in the test split."
+        )
+        return kept
+
+    @property
+    def world_size(self) -> int:
+        return self.trainer.world_size if self.trainer is not None else 1
+
+    def per_device(self, global_batch: int, key: str) -> int:
+        if global_batch % self.world_size:
+            raise BriskError(
+                f"{key}={global_batch} does not split across {self.world_size} processes. "
+                f"Use a multiple of {self.world_size}."
+            )
+        return global_batch // self.world_size
+
+    def _loader(self, split: str, train: bool) -> TensorBatchLoader:
+        if train:
+            batch = self.per_device(self.hparams.batch_size, "data.batch_size")
+        else:
+            global_eval = self.hparams.eval_batch_size or self.hparams.batch_size
+            batch = self.per_device(global_eval, "data.eval_batch_size")
+        trainer = self.trainer
+        images, rows, labels = self.splits[split]
+        return TensorBatchLoader(
+            images,
+            labels,
+            batch_size=batch,
+            shuffle=train,
+            drop_last=train,
+            rank=trainer.global_rank if trainer is not None else 0,
+            world_size=self.world_size,
+            seed=self.order_seed,
+            epoch_fn=lambda: trainer.current_epoch if trainer is not None else 0,
+            rows=rows,
+        )
+
+    def train_dataloader(self) -> TensorBatchLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> TensorBatchLoader | list:
+        return self._loader("val", train=False) if len(self.splits["val"].rows) else []
+
+    def test_dataloader(self) -> TensorBatchLoader | list:
+        return self._loader("test", train=False) if self.splits.get("test") is not None else []
+
+    def tensors(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """A split's images (copied out of the dataset's tensor) and labels, after setup."""
+        images, rows, labels = self.splits[split]
+        return images.index_select(0, rows), labels
+
+    def prepare_batch(self, x: torch.Tensor, train: bool) -> torch.Tensor:
+        """A uint8 batch on its device -> augmented (if `train`), normalized float, in the configured layout."""
+        if train:
+            x = aug.augment(x, **self.hparams.augment)
+        return aug.normalize(x, self.mean, self.std, channels_last=self.hparams.channels_last)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        x, y = batch
+        x = self.prepare_batch(x, train=self.trainer is not None and self.trainer.training)
+        if self.trainer is not None:  # 16-true, bf16-true and 64 want the inputs in their dtype too
+            x = self.trainer.precision_plugin.convert_input(x)
+        return x, y
+
+    def state_dict(self) -> dict:
+        """In every checkpoint: the normalization the model was trained with, for eval, predict and export."""
+        return {"mean": self.mean, "std": self.std, "class_names": self.class_names}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.mean, self.std = list(state_dict["mean"]), list(state_dict["std"])

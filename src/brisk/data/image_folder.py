@@ -1,0 +1,154 @@
+"""ImageFolderDataModule (`data=image_folder`): your own images, in the layout people really have.
+
+    <data.root>/train/<class>/*.png|jpg|jpeg|bmp|webp    required; class names are the folder names
+    <data.root>/val/<class>/*                             optional; without it, data.val_size images of train/
+    <data.root>/test/<class>/*                            optional; without it, testing is skipped
+
+Each split is decoded once into the image cache (`brisk.data.image_cache`) and memory-mapped from
+there on every later start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from functools import cached_property
+from pathlib import Path
+
+import torch
+
+from brisk.data import image_cache
+from brisk.data.base import TensorDataModule
+from brisk.data.images import EXTENSIONS, scan
+from brisk.errors import BriskError
+
+log = logging.getLogger("brisk")
+SPLITS = ("train", "val", "test")
+
+
+class ImageFolderDataModule(TensorDataModule):
+    """Args:
+    root: the folder that holds train/ (and optionally val/ and test/).
+    image_size: images are resized (shorter side) and centre-cropped to image_size x image_size.
+    skip_bad: leave unreadable or corrupt images out (and say how many) instead of stopping.
+    cache_dir: where the decoded splits are kept; null: `<root>/.brisk-cache`.
+    **common: the keys every dataset shares (`brisk.data.base.TensorDataModule`).
+    """
+
+    def __init__(
+        self,
+        root: str | None = None,
+        image_size: int = 32,
+        skip_bad: bool = False,
+        cache_dir: str | None = None,
+        **common,
+    ) -> None:
+        super().__init__(**common)
+        if not root:
+            raise BriskError("data.root is not set: brisk-train data=image_folder data.root=<folder with train/ in it>")
+        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
+            raise BriskError(f"data.image_size={image_size} must be a whole number of pixels >= 1, e.g. 32.")
+        self._folders: dict[str, Path | None] = {}
+        self._loaded: dict[str, tuple[torch.Tensor, torch.Tensor, dict] | None] = {}
+
+    @property
+    def root(self) -> Path:
+        return Path(self.hparams.root).expanduser()
+
+    @property
+    def cache_dir(self) -> Path:
+        return Path(self.hparams.cache_dir) if self.hparams.cache_dir else self.root / ".brisk-cache"
+
+    @cached_property
+    def class_names(self) -> list[str]:
+        train = self.root / "train"
+        if not train.is_dir():
+            raise BriskError(
+                f"data.root={self.root}: no train/ folder there. An image folder holds train/<class>/<images> "
+                "(and optionally val/ and test/ beside train/); point data.root at it."
+            )
+        names = sorted(d.name for d in train.iterdir() if d.is_dir() and not d.name.startswith("."))
+        if not names:
+            raise BriskError(f"{train}: no class folders. Put the images of each class in train/<class name>/.")
+        return names
+
+    @property
+    def image_size(self) -> int:
+        return self.hparams.image_size
+
+    def _listing(self, split: str) -> tuple[list[tuple[str, int, int]], list[int]] | None:
+        """(path, size, mtime_ns) of each image of the split, and its label; None if there is no such folder."""
+        folder = self.root / split
+        if not folder.is_dir():
+            return None
+        index = {name: i for i, name in enumerate(self.class_names)}
+        files: list[tuple[str, int, int]] = []
+        labels: list[int] = []
+        for sub in sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".")):
+            if sub.name not in index:
+                raise BriskError(
+                    f"{sub}: class {sub.name!r} has no folder in {self.root / 'train'}. "
+                    "Every class needs training images: add them, or remove this folder."
+                )
+            found = scan(sub)
+            if not found and split == "train":
+                raise BriskError(f"{sub}: no images ({' '.join(EXTENSIONS)}). Add some, or remove the folder.")
+            files += found
+            labels += [index[sub.name]] * len(found)
+        if not files:
+            raise BriskError(
+                f"{folder}: no images in class folders. Put them in {split}/<class name>/, or remove {folder}."
+            )
+        return files, labels
+
+    def _cache(self, split: str) -> Path | None:
+        """The split's cache folder, decoded now if it is missing or out of date; None if there is no such split.
+
+        Once per process: prepare_data and setup run in the same one, and listing a folder is not free."""
+        if split not in self._folders:
+            listing = self._listing(split)
+            if listing is None:
+                self._folders[split] = None
+                return None
+            entries, labels = listing
+            where = hashlib.sha1(str(self.root.resolve()).encode()).hexdigest()[:6]
+            name = f"{self.root.resolve().name}-{where}-{split}"
+            size, skip_bad = self.hparams.image_size, self.hparams.skip_bad
+            files = [path for path, _, _ in entries]
+            cache_key = image_cache.key(entries, size, skip_bad)
+            self._folders[split] = image_cache.build(self.cache_dir, name, cache_key, files, labels, size, skip_bad)
+        return self._folders[split]
+
+    def prepare_data(self) -> None:
+        # Lightning calls this on one process per node, before setup: the ranks then only map the files.
+        for split in SPLITS:
+            self._cache(split)
+
+    def _load(self, split: str) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
+        if split not in self._loaded:
+            folder = self._cache(split)
+            self._loaded[split] = None if folder is None else image_cache.load(folder)
+            if folder is not None and (skipped := self._loaded[split][2]["skipped"]):
+                log.warning(
+                    "data.skip_bad: left out %d unreadable image(s) of %s/, e.g. %s", len(skipped), split, skipped[0]
+                )
+            if split == "val" and folder is not None:
+                log.info("%s holds the validation images: data.val_size is not used", self.root / "val")
+        return self._loaded[split]
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        """How many unreadable images each loaded split left out (data.skip_bad=true)."""
+        return {split: len(loaded[2]["skipped"]) for split, loaded in self._loaded.items() if loaded}
+
+    def files(self, split: str) -> list[str]:
+        """The files of `split`, in the order of `read(split)` (unreadable ones left out)."""
+        return self._load(split)[2]["files"]
+
+    def read(self, split: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        loaded = self._load(split)
+        return None if loaded is None else loaded[:2]
+
+    def channel_stats(self) -> tuple[list[float], list[float]]:
+        meta = self._load("train")[2]  # computed once, when the split was decoded
+        return meta["mean"], meta["std"]
