@@ -114,3 +114,27 @@ def test_epoch_train_metrics_are_the_means_of_the_steps(brisk_root):
     metrics = trainer.callback_metrics
     assert float(metrics["train/loss"]) == pytest.approx(sum(losses) / len(losses), rel=1e-5)
     assert float(metrics["train/acc"]) == pytest.approx(float(torch.cat(hits).float().mean()), abs=1e-6)
+
+
+def test_breakdown_rows_add_one_component_each(brisk_root):
+    """The lab's breakdown builds each row from the default config: the last row is exactly the default."""
+    from brisk.lab import breakdown
+
+    cfg = compose_cfg(TINY, brisk_root)
+    kept = []
+    for _, _, _, keep, logger in breakdown.ROWS:
+        row = breakdown.row_config(cfg, keep, logger)
+        kept.append((set(row.callbacks), bool(row.logger), row.trainer.get("enable_progress_bar", True)))
+    assert kept[0] == (set(), False, False)
+    assert kept[3] == ({"progress_bar"}, False, True)
+    assert kept[-1] == (set(cfg.callbacks), True, True)  # the full default, untouched
+    assert [len(k[0]) for k in kept] == sorted(len(k[0]) for k in kept)
+
+
+def test_fast_callbacks_keep_only_what_resume_needs(brisk_root):
+    cfg = compose_cfg([*TINY, "callbacks=fast"], brisk_root)
+    assert set(cfg.callbacks) == {"last_checkpoint"} and cfg.trainer.enable_progress_bar is False
+    trainer, _, _ = build(cfg)
+    kinds = {type(c).__name__ for c in trainer.callbacks}
+    assert {"LastCheckpoint", "DivergenceGuard", "ResumeState", "SigtermCheckpoint"} <= kinds
+    assert not kinds & {"ProgressBar", "TQDMProgressBar", "RichProgressBar", "LearningRateMonitor", "RunPlots"}
