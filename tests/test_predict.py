@@ -10,7 +10,7 @@ from torchvision.io import write_png
 
 from brisk import restore
 from brisk.builder import build_datamodule
-from conftest import main_in_process, read_summary
+from conftest import main_in_process, read_summary, run_cli, run_dir_of
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +87,21 @@ def test_a_corrupt_file_is_named_in_one_line(tiny_trained, test_pngs, brisk_root
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("brisk: error:")]
     assert len(errors) == 1 and str(bad) in errors[0]
     assert not (tmp_path / "out" / "predictions.csv").exists()
+
+
+@pytest.mark.slow
+def test_ddp_ranks_write_one_file_in_path_order(tiny_trained, test_pngs, brisk_root, tmp_path):
+    """2 gloo ranks, each predicting its share: the merged file equals the one-process file."""
+    run_dir, _ = tiny_trained
+    folder, _ = test_pngs
+    assert predict(run_dir, folder, tmp_path / "one", brisk_root) == 0
+    ckpt = read_summary(run_dir)["ckpt_path"]
+    ddp = ["strategy=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "batch_size=64"]
+    proc = run_cli(
+        "predict", [f"ckpt_path={ckpt}", f"inputs={folder}", f"hydra.run.dir={tmp_path / 'two'}", *ddp], brisk_root
+    )
+    assert run_dir_of(proc) == tmp_path / "two"
+    one, two = read_rows(tmp_path / "one"), read_rows(tmp_path / "two")
+    assert [(r["path"], r["class"]) for r in two] == [(r["path"], r["class"]) for r in one]
+    assert [float(r["probability"]) for r in two] == pytest.approx([float(r["probability"]) for r in one], abs=1e-5)
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [".hydra", "predictions.csv"]  # no part files left
