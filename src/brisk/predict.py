@@ -1,0 +1,138 @@
+"""brisk-predict ckpt_path=<ckpt> inputs=<folder | file | glob>: class probabilities for image files.
+
+Writes predictions.csv (path,class,probability,top2_class,top2_probability,... up to `top_k`, one row per
+image, ordered by path) into its run directory, and prints that directory last. The images are prepared
+as in training (brisk.data.images.prepare_images at the run's image size) and normalized on the device
+by the run's own DataModule, with the statistics its checkpoint holds.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.callbacks import BasePredictionWriter
+from omegaconf import DictConfig
+from torch.utils.data import DataLoader, TensorDataset
+
+from brisk.builder import build_datamodule, build_trainer
+from brisk.cli import entry_point
+from brisk.data.images import EXTENSIONS, list_images, prepare_images
+from brisk.errors import BriskError
+from brisk.export import _load as load_run  # the run's config, its model and checkpoint: brisk's one safe path
+from brisk.onnx_export import normalization
+
+
+def find_inputs(inputs: str) -> list[Path]:
+    """The image files `inputs` names: a folder (recursively), one file, or a glob; sorted by path."""
+    path = Path(inputs)
+    if path.is_dir():
+        found = list_images(path)
+    elif path.is_file():
+        found = [path]
+    else:
+        found = sorted(Path(p) for p in glob.glob(inputs, recursive=True) if p.lower().endswith(EXTENSIONS))
+        found = [p for p in found if p.is_file()]
+    if not found:
+        raise BriskError(
+            f"inputs={inputs}: no image files there. Give a folder, an image file or a glob "
+            f"of {', '.join(EXTENSIONS)} files."
+        )
+    return found
+
+
+class Inputs(L.LightningDataModule):
+    """The prepared uint8 images with their row numbers; the run's DataModule normalizes each batch on the device."""
+
+    def __init__(self, images: torch.Tensor, data: L.LightningDataModule, batch_size: int) -> None:
+        super().__init__()
+        self.images, self.data, self.batch_size = images, data, batch_size
+
+    def predict_dataloader(self) -> DataLoader:
+        # Under DDP Lightning gives each rank a disjoint, unpadded share (its UnrepeatedDistributedSampler).
+        return DataLoader(TensorDataset(self.images, torch.arange(len(self.images))), batch_size=self.batch_size)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        self.data.trainer = self.trainer  # its hook reads the trainer's stage and precision
+        return self.data.on_after_batch_transfer(batch, dataloader_idx)
+
+
+class CsvWriter(BasePredictionWriter):
+    """Each rank appends its rows (row number, then top-k classes and probabilities) to its own part file."""
+
+    def __init__(self, run_dir: Path, class_names: list[str], top_k: int) -> None:
+        super().__init__(write_interval="batch")
+        self.run_dir, self.class_names, self.top_k = run_dir, class_names, top_k
+
+    def part(self, rank: int) -> Path:
+        return self.run_dir / f".predictions.rank{rank}.csv"
+
+    def on_predict_start(self, trainer, pl_module) -> None:
+        self.part(trainer.global_rank).unlink(missing_ok=True)
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx):
+        probs, classes = prediction.float().topk(min(self.top_k, prediction.shape[-1]), dim=-1)
+        with self.part(trainer.global_rank).open("a", newline="") as f:
+            out = csv.writer(f)
+            for row, p, c in zip(batch[1].tolist(), probs.tolist(), classes.tolist(), strict=True):
+                out.writerow(
+                    [row, *(v for pair in zip(c, p, strict=True) for v in (self.class_names[pair[0]], pair[1]))]
+                )
+
+    def merge(self, paths: list[Path], world_size: int) -> Path:
+        """predictions.csv from every rank's part, in the order of `paths`; the parts are removed."""
+        rows = {}
+        for rank in range(world_size):
+            part = self.part(rank)
+            if part.exists():
+                with part.open(newline="") as f:
+                    rows.update((int(r[0]), r[1:]) for r in csv.reader(f))
+        if len(rows) != len(paths):
+            raise BriskError(f"{self.run_dir}: the ranks predicted {len(rows)} of {len(paths)} images.")
+        k = min(self.top_k, len(self.class_names))
+        header = ["path", "class", "probability"] + [
+            f"top{i}_{c}" for i in range(2, k + 1) for c in ("class", "probability")
+        ]
+        out, tmp = self.run_dir / "predictions.csv", self.run_dir / ".predictions.csv.tmp"
+        with tmp.open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            writer.writerows([str(path), *rows[i]] for i, path in enumerate(paths))
+        os.replace(tmp, out)  # never a half-written predictions.csv
+        for rank in range(world_size):
+            self.part(rank).unlink(missing_ok=True)
+        return out
+
+
+def predict(cfg: DictConfig) -> Path:
+    if cfg.top_k < 1:
+        raise BriskError(f"top_k={cfg.top_k}: must be 1 or more.")
+    L.seed_everything(cfg.seed, workers=True)
+    paths = find_inputs(str(cfg.inputs))
+    run_cfg, model, checkpoint = load_run(cfg)
+    data = build_datamodule(run_cfg)
+    data.mean, data.std, _ = normalization(checkpoint, data)
+    images = prepare_images(paths, data.image_size)  # a file it cannot read stops it here, named
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    writer = CsvWriter(run_dir, list(model.hparams.class_names), cfg.top_k)
+    trainer = build_trainer(run_cfg, extra_callbacks=[writer])
+    trainer.predict(model, datamodule=Inputs(images, data, cfg.batch_size), return_predictions=False)
+    trainer.strategy.barrier("predictions written")
+    if trainer.is_global_zero:
+        writer.merge(paths, trainer.world_size)
+        print(run_dir, flush=True)  # the last line, as every brisk command
+    return run_dir / "predictions.csv"
+
+
+@entry_point("predict")
+def main(cfg: DictConfig) -> None:
+    predict(cfg)
+
+
+if __name__ == "__main__":
+    main()
