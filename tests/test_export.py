@@ -17,8 +17,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from brisk import onnx_export as ox
 from brisk.builder import build_datamodule
 from brisk.errors import BriskError
-from brisk.export import _check_request, _load
+from brisk.export import _check_request
 from brisk.models import ImageClassifier
+from brisk.restore import load_run as _load
 from conftest import run_cli, run_dir_of
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from brisk import restore
 from brisk import summary as run_summary
@@ -22,24 +22,6 @@ from brisk.cli import entry_point
 from brisk.errors import BriskError
 
 FORMATS, QUANTIZE = ("onnx",), (None, "int8")
-
-
-def _load(cfg: DictConfig) -> tuple[DictConfig, L.LightningModule, dict]:
-    """The run's config (its saved .hydra/config.yaml, then the command line), its model with the checkpoint's
-    weights, and the checkpoint: brisk's one safe loading path (brisk.restore)."""
-    ckpt = Path(cfg.ckpt_path)
-    if restore.run_config(ckpt) is None:  # the test and training splits are needed too: no fallback here
-        saved = restore.run_dir_of(ckpt) / ".hydra" / "config.yaml"
-        raise BriskError(
-            f"ckpt_path={ckpt}: its run's config {saved} is missing, so the net and data are unknown. "
-            "Pass a checkpoint inside a brisk run directory, <run>/checkpoints/<name>.ckpt."
-        )
-    overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else ()
-    run_cfg = restore.with_run_config(cfg, ckpt, overrides)
-    with open_dict(run_cfg):
-        run_cfg.model.compile = False  # torch.export traces the eager net
-    model, checkpoint = restore.load(run_cfg, ckpt)
-    return run_cfg, model, checkpoint
 
 
 def _check_request(cfg: DictConfig) -> None:
@@ -65,7 +47,7 @@ def export(cfg: DictConfig) -> dict:
         logging.getLogger(name).setLevel(logging.WARNING)
 
     L.seed_everything(cfg.seed, workers=True)
-    run_cfg, model, checkpoint = _load(cfg)
+    run_cfg, model, checkpoint = restore.load_run(cfg)
     datamodule = build_datamodule(run_cfg)
     mean, std, source = ox.normalization(checkpoint, datamodule)
     net = ox.Normalized(model.net, mean, std).eval()

@@ -20,11 +20,11 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader, TensorDataset
 
+from brisk import restore
 from brisk.builder import build_datamodule, build_trainer
 from brisk.cli import entry_point
 from brisk.data.images import EXTENSIONS, list_images, prepare_images
 from brisk.errors import BriskError
-from brisk.export import _load as load_run  # the run's config, its model and checkpoint: brisk's one safe path
 from brisk.onnx_export import normalization
 
 
@@ -114,7 +114,7 @@ def predict(cfg: DictConfig) -> Path:
         raise BriskError(f"top_k={cfg.top_k}: must be 1 or more.")
     L.seed_everything(cfg.seed, workers=True)
     paths = find_inputs(str(cfg.inputs))
-    run_cfg, model, checkpoint = load_run(cfg)
+    run_cfg, model, checkpoint = restore.load_run(cfg)
     data = build_datamodule(run_cfg)
     data.mean, data.std, _ = normalization(checkpoint, data)
     images = prepare_images(paths, data.image_size)  # a file it cannot read stops it here, named

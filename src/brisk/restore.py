@@ -26,6 +26,7 @@ from typing import Any
 import lightning as L
 import torch
 import yaml
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
@@ -228,3 +229,22 @@ def load(cfg: DictConfig, ckpt_path: str | Path) -> tuple[L.LightningModule, dic
         ) from None
     model.on_load_checkpoint(checkpoint)  # what load_from_checkpoint would call, with data only
     return model.eval(), checkpoint
+
+
+def load_run(cfg: DictConfig) -> tuple[DictConfig, L.LightningModule, dict]:
+    """The run's config (its saved .hydra/config.yaml, then the command line), its model with the checkpoint's
+    weights, and the checkpoint, for the commands that need the run's data too (predict, export): no fallback
+    without the run's config. Compiling is off: these run the eager net."""
+    ckpt = Path(cfg.ckpt_path)
+    if run_config(ckpt) is None:
+        saved = run_dir_of(ckpt) / ".hydra" / "config.yaml"
+        raise BriskError(
+            f"ckpt_path={ckpt}: its run's config {saved} is missing, so the net and data are unknown. "
+            "Pass a checkpoint inside a brisk run directory, <run>/checkpoints/<name>.ckpt."
+        )
+    overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else ()
+    run_cfg = with_run_config(cfg, ckpt, overrides)
+    with open_dict(run_cfg):
+        run_cfg.model.compile = False
+    model, checkpoint = load(run_cfg, ckpt)
+    return run_cfg, model, checkpoint
