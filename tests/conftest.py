@@ -150,3 +150,13 @@ def finished_run(brisk_root) -> Path:
     run_dir = brisk_root / "finished-run"
     assert main_in_process("train", [*FINISHED, f"hydra.run.dir={run_dir}"], brisk_root) == 0
     return run_dir
+
+
+@pytest.fixture(autouse=True)
+def rank_zero_again():
+    """Each test starts as rank 0: an in-process DDP or SLURM test leaves Lightning's global rank behind,
+    which silences rank_zero_warn/rank_zero_info in the tests after it."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    rank_zero_only.rank = 0
+    yield

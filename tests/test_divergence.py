@@ -24,7 +24,7 @@ EXPLODE = [
     "trainer.max_epochs=4",
     "callbacks.progress_bar=null",
     "scheduler=exp_decay",
-    "scheduler.constant_epochs=1",
+    "scheduler.constant_epochs=2",  # Keras: epochs 0 and 1 at the base lr, x e^40 from epoch 2
     "scheduler.k=-40",
 ]
 

@@ -42,7 +42,8 @@ def loaded(run, brisk_root):
     datamodule = build_datamodule(run_cfg)
     datamodule.prepare_data()
     datamodule.setup("test")
-    return model, ox.normalization(checkpoint, datamodule), datamodule.splits["test"]
+    test = datamodule.splits["test"]
+    return model, ox.normalization(checkpoint, datamodule), (test.images.index_select(0, test.rows), test.labels)
 
 
 def onnx_logits(path, x: torch.Tensor) -> np.ndarray:
@@ -168,4 +169,4 @@ def test_a_checkpoint_outside_a_run_is_refused(run, tmp_path):
 
 def test_an_unknown_tta_is_refused():
     with pytest.raises(BriskError, match=r"model\.tta=mirror is unknown\. Choose one of: none, flip, flip_translate"):
-        ImageClassifier(net={"_target_": "torch.nn.Identity"}, optimizer={}, tta="mirror")
+        ImageClassifier(net={"_target_": "torch.nn.Identity"}, optimizer={}, class_names=["a", "b"], tta="mirror")

@@ -104,7 +104,7 @@ def test_allowlist_refuses(target):
         restore.check_targets({"net": {"_target_": target}}, "a file")
 
 
-def test_allowlist_admits_brisks_own_and_what_the_user_names():
+def test_allowlist_admits_the_templates_own_and_what_the_user_names():
     from brisk import restore  # here, so the file also runs against the code before the fix
 
     allowed = [

@@ -41,7 +41,7 @@ def readable(path: str | os.PathLike) -> Iterator[None]:
             f"{path}: cannot be read as a checkpoint ({e.strerror or e}): it is truncated, corrupt or unreadable. "
             "Resume from another checkpoint in the same folder, or start the run again."
         ) from None
-    except (pickle.UnpicklingError, EOFError, RuntimeError) as e:
+    except (pickle.UnpicklingError, EOFError, RuntimeError, KeyError) as e:  # KeyError: torch's legacy reader on text
         text = str(e)
         # torch 2.14 names the object as "Unsupported global: GLOBAL x.y was not an allowed global", or for a
         # blocked module (os, posix, subprocess ...) "unsupported GLOBAL x.y whose module x is blocked".
@@ -52,7 +52,7 @@ def readable(path: str | os.PathLike) -> Iterator[None]:
                 "as code. brisk checkpoints hold only tensors and plain containers and load with "
                 "weights_only=True. Use a checkpoint written by brisk-train, and do not load this file."
             ) from None
-        if isinstance(e, RuntimeError) and "PytorchStreamReader" not in text:
+        if isinstance(e, RuntimeError) and "PytorchStreamReader" not in text and "mmap can only" not in text:
             raise
         raise BriskError(
             f"{path}: not a readable checkpoint: it is truncated or corrupt ({type(e).__name__}). "

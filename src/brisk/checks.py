@@ -42,7 +42,6 @@ VALUES = {
     "model.label_smoothing": (NUM, lambda v: 0 <= v < 1, "in [0, 1)", ()),
     "model.weight_decay": (NUM, lambda v: v >= 0, ">= 0", ()),
     "model.l1": (NUM, lambda v: v >= 0, ">= 0", ()),
-    "model.num_classes": (INT, lambda v: v >= 2, ">= 2", ()),
     "model.compile": (BOOL, None, "", ()),
     "model.net.width": (INT, lambda v: v >= 1, ">= 1", ()),
     "optimizer.momentum": (NUM, lambda v: 0 <= v <= 1, "in [0, 1]", ()),

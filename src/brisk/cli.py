@@ -112,6 +112,8 @@ def not_utf8(args: list[str]) -> str | None:
 def unknown_group_option(args: list[str]) -> str | None:
     """The error for a `group=option` (or a list or sweep of options) that names no file of conf/<group>/."""
     conf = Path(CONFIG_PATH)
+    if any(a.startswith(("--config-dir", "-cd", "hydra.searchpath", "+hydra.searchpath")) for a in args):
+        return None  # the user's own config folders may add options: Hydra composes and says what is missing
     for arg in args:
         key, sep, value = arg.partition("=")
         group = conf / key.lstrip("+~")

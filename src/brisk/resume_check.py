@@ -143,7 +143,7 @@ def nothing_to_do(cfg: DictConfig, ckpt_path: str | None, run_dir: Path) -> bool
     if ckpt is None or not ckpt.is_file():
         return False  # a fresh run, or a missing file that the config checks report
     with readable(ckpt):
-        checkpoint = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
+        checkpoint = torch.load(ckpt, map_location="cpu", weights_only=True)
     compare(cfg, ckpt, checkpoint)
     summary = _finished(cfg, restore.run_dir_of(ckpt), checkpoint)
     if summary is None:

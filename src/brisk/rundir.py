@@ -161,6 +161,12 @@ def start(cfg: DictConfig) -> None:
         _current.start(cfg)
 
 
+def leave_as_is() -> None:
+    """A finished run resumed again: nothing runs, so nothing is recorded and its directory stays as it was."""
+    if _current is not None:
+        _current.started = True
+
+
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")  # a reader (eval, resume checks) never sees half a file

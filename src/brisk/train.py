@@ -26,6 +26,7 @@ def train(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     ckpt_path = distributed.slurm_resume_path(cfg.get("ckpt_path"), run_dir)
     if resume_check.nothing_to_do(cfg, ckpt_path, run_dir):  # a resume is first compared with its run's config
+        rundir.leave_as_is()
         return None
     L.seed_everything(cfg.seed, workers=True)
     trainer, datamodule, model = build(cfg)
