@@ -62,6 +62,7 @@ def test_sweep_runs_each_job_once_with_its_ranks(root):
     assert proc.stdout.count("Launching 2 jobs locally") == 1, "the sweep ran more than once"
 
 
+@pytest.mark.slow  # suite budget; the default suite covers the same path more cheaply
 def test_ddp_spawn_in_a_sweep(root):
     spawn = ["strategy=ddp_spawn", *DDP[1:]]
     run_cli("train", ["-m", *TINY, *spawn, "optimizer.lr=0.01,0.02"], root)
@@ -94,6 +95,7 @@ def test_torchrun_ranks_share_one_run_directory(root):
     assert sorted(p.name for p in run_dir.glob("*.log")) == ["train.log"], "both ranks log into the same folder"
 
 
+@pytest.mark.slow  # suite budget; the default suite covers the same path more cheaply
 def test_two_nodes_on_one_machine(root):
     """Two torchrun invocations, one process each, rendezvous on 127.0.0.1: world size 2."""
     port = str(find_free_network_port())

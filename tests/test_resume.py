@@ -159,6 +159,7 @@ def test_sigterm_at_the_edges_of_an_epoch(hook, epoch, writes, reference, brisk_
     assert_same_run(run_dir, reference)
 
 
+@pytest.mark.slow  # suite budget; the default suite covers the same path more cheaply
 def test_slurm_sigusr1_requeues_and_the_requeued_job_resumes(reference, brisk_root, tmp_path):
     # SLURM itself cannot run here: its environment variables are set, and `scontrol` is a script that
     # records how it was called. The rest is real: Lightning's SLURM handling, signals, files.

@@ -128,7 +128,9 @@ class Run:
             n = 1 + sum(1 for p in record.glob("resume-*") if p.is_dir())
             record = record / f"resume-{n}"
         hydra_cfg = HydraConfig.instance().cfg
-        _write(record / "config.yaml", OmegaConf.to_yaml(cfg))
+        # Resolved: paths such as data.root come from ${oc.env:BRISK_ROOT,.} and the working folder, which
+        # eval, predict and export, started elsewhere, would otherwise resolve to another folder.
+        _write(record / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         _write(record / "hydra.yaml", OmegaConf.to_yaml(hydra_cfg))
         _write(record / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task))
 
