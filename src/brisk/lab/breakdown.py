@@ -75,7 +75,7 @@ def compare(cfg: DictConfig, warmup: int, steps: int, rounds: int, data: DataCac
         sides = [("plain", None), *((row[0], row) for row in ROWS)]
         for label, row in in_turn(sides, r):
             if row is None:
-                plain.append(plain_loop(cfg, warmup, steps, data)["batch_s"])
+                plain.append(plain_loop(cfg, warmup, steps)["batch_s"])
             else:
                 timed[label].append(measure_row(cfg, row, warmup, steps, data)["batch_s"])
     rows, previous = [], 0.0
