@@ -44,3 +44,32 @@ def test_sharded_strategies_train(brisk_root, strategy):
 def test_channels_last_and_compile(brisk_root):
     s = _train(brisk_root, "data.channels_last=true", "model.compile=true", "model=airbench")
     assert s["metrics"]["test/acc"] > 0
+
+
+def test_quiet_steps_do_not_sync_the_device(brisk_root):
+    """CUDA's own check: a device sync on a step that neither logs nor redraws the bar raises."""
+    import lightning as L
+
+    from brisk import compat
+    from brisk.builder import build
+    from conftest import compose_cfg
+
+    cfg = compose_cfg([*[o for o in GPU if "progress_bar" not in o], "trainer.limit_val_batches=1"], brisk_root)
+    every = cfg.callbacks.progress_bar.every_n_steps
+
+    class Strict(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            quiet = not compat.logs_this_step(trainer) and (batch_idx + 1) % every and batch_idx >= 1
+            quiet = quiet and batch_idx + 1 < trainer.num_training_batches
+            torch.cuda.set_sync_debug_mode("error" if quiet else "default")
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            torch.cuda.set_sync_debug_mode("default")
+
+    trainer, datamodule, model = build(cfg)
+    trainer.callbacks.append(Strict())
+    try:
+        trainer.fit(model, datamodule=datamodule)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert trainer.global_step > 0
