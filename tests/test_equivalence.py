@@ -94,6 +94,7 @@ def test_every_precision_trains_on_cpu(precision, brisk_root):
     assert trainer.precision.replace("-true", "") == expected.replace("-true", "")
 
 
+@pytest.mark.slow  # suite budget; the default suite covers the same path more cheaply
 def test_16_mixed_on_cpu_says_what_it_ran_as(brisk_root):
     proc = run_cli("train", [*TINY, "precision=16-mixed", "+trainer.max_steps=2", "callbacks=none"], brisk_root)
     assert "precision=16-mixed is not available here: running as bf16-mixed" in proc.stdout + proc.stderr

@@ -124,6 +124,7 @@ def test_sigkill_resumes_mid_epoch_from_a_step_checkpoint(reference, brisk_root,
     assert_same_run(run_dir, reference)
 
 
+@pytest.mark.slow  # suite budget; the default suite covers the same path more cheaply
 def test_sigterm_saves_exits_non_zero_and_resumes(reference, brisk_root, tmp_path):
     # Sent right after the step-12 checkpoint, SIGTERM lands mid-epoch 1, 3 steps before its validation.
     # (SIGTERM during validation writes nothing, by design: the last checkpoint stays the resume point.)

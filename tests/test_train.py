@@ -81,6 +81,7 @@ def test_eval_reproduces_test_accuracy(trained, brisk_root):
     assert eval_json["metrics"]["test/acc"] == pytest.approx(s["metrics"]["test/acc"], abs=1e-6)
 
 
+@pytest.mark.slow  # suite budget; the default suite covers the same path more cheaply
 def test_resume_continues_to_the_next_epoch(brisk_root):
     # No schedule here: OneCycle and cosine fix their horizon, so they cannot be stretched to more epochs.
     args = [*TINY, "scheduler=none"]
