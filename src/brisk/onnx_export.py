@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from brisk.data import augment
+from brisk.data import cifar_files
 from brisk.errors import BriskError
 
 INPUT, OUTPUT = "images", "logits"
@@ -48,7 +48,7 @@ def normalization(checkpoint: dict, datamodule: object) -> tuple[list[float], li
     state = checkpoint.get(key)
     if isinstance(state, dict) and state.get("mean") is not None and state.get("std") is not None:
         return [float(m) for m in state["mean"]], [float(s) for s in state["std"]], f"checkpoint[{key!r}]"
-    return list(augment.MEAN), list(augment.STD), "brisk.data.augment.MEAN/STD (CIFAR-10)"
+    return list(cifar_files.MEAN), list(cifar_files.STD), "brisk.data.cifar_files.MEAN/STD (CIFAR-10)"
 
 
 def as_input(x: torch.Tensor) -> np.ndarray:
