@@ -29,7 +29,7 @@ from brisk.models import schedules
 log = logging.getLogger("brisk")
 
 # What the weights must fit: another value means another model.
-MODEL_KEYS = ("model._target_", "model.net", "model.num_classes")
+MODEL_KEYS = ("model._target_", "model.net")
 # Whose optimizer and scheduler state the checkpoint holds.
 STATE_KEYS = ("optimizer._target_", "scheduler._target_")
 # What sets the number of optimizer steps: a planned schedule (OneCycle, cosine) cannot follow a change.
