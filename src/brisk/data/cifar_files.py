@@ -61,7 +61,8 @@ def _unpickle(path: Path) -> dict:
             "or set data.root to a copy you can read."
         ) from None
     except Exception as e:  # truncated, corrupt or hostile pickles all end here
-        raise BriskError(f"{path}: not a readable CIFAR batch ({type(e).__name__}: {e}). {_FIX}") from None
+        reason = " ".join(str(e).split())  # pickle's messages may span lines; the error is one
+        raise BriskError(f"{path}: not a readable CIFAR batch ({type(e).__name__}: {reason}). {_FIX}") from None
     if not isinstance(obj, dict):
         raise BriskError(f"{path}: holds a {type(obj).__name__}, not a CIFAR batch dict. {_FIX}")
     # Python 2 pickles give bytes keys; accept str keys too.
