@@ -117,17 +117,22 @@ def test_epoch_train_metrics_are_the_means_of_the_steps(brisk_root):
 
 
 def test_breakdown_rows_add_one_component_each(brisk_root):
-    """The lab's breakdown builds each row from the default config: the last row is exactly the default."""
+    """The lab's breakdown builds each row from brisk-train's default callbacks: the last row is exactly them."""
     from brisk.lab import breakdown
 
-    cfg = compose_cfg(TINY, brisk_root)
+    bench = compose_cfg([], brisk_root, config_name="bench").bench
+    cfg = compose_cfg(list(bench.breakdown.overrides), brisk_root, config_name="bench")  # as brisk-bench plans it
+    default = compose_cfg([], brisk_root)
+    assert cfg.model.net._target_ == "brisk.lab.nets.NilNet"  # nil compute: the rows show the framework's cost
     kept = []
     for _, _, _, keep, logger in breakdown.ROWS:
         row = breakdown.row_config(cfg, keep, logger)
-        kept.append((set(row.callbacks), bool(row.logger), row.trainer.get("enable_progress_bar", True)))
+        kept.append((set(row.callbacks), bool(row.logger), row.trainer.enable_progress_bar))
     assert kept[0] == (set(), False, False)
     assert kept[3] == ({"progress_bar"}, False, True)
-    assert kept[-1] == (set(cfg.callbacks), True, True)  # the full default, untouched
+    # the full default, although the lab's other fits leave the checkpoint callbacks out
+    assert kept[-1] == (set(default.callbacks), True, True) and cfg.callbacks.model_checkpoint is None
+    assert row.callbacks == default.callbacks
     assert [len(k[0]) for k in kept] == sorted(len(k[0]) for k in kept)
 
 

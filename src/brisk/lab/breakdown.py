@@ -1,16 +1,18 @@
 """Where brisk's cost per step goes: a fit at nil compute built up one component at a time.
 
 Each row adds one component to the row above it, from a bare Lightning fit (the net, the loss and
-the optimizer in a minimal LightningModule, no logger, bar or callbacks) to brisk's full default.
-Every row is timed against the plain loop in the same round, and the table gives each row's
+the optimizer in a minimal LightningModule, no logger, bar or callbacks) to brisk-train's default
+callbacks and logger (`bench.breakdown.callbacks`: the lab's other fits leave the checkpoint callbacks
+out). Every row is timed against the plain loop in the same round, and the table gives each row's
 extra milliseconds per step over that loop (median over interleaved rounds) and what the row
-adds to the one above it. The compute is made negligible by the config (a tiny net, a small batch,
-no augmentation), so what is left is the framework's own Python per step.
+adds to the one above it. The compute is made negligible by the config (the lab's NilNet, a small
+batch, no augmentation), so what is left is the framework's own Python per step.
 """
 
 from __future__ import annotations
 
 import copy
+import tempfile
 
 import lightning as L
 import torch.nn.functional as F
@@ -48,13 +50,13 @@ class BareStep(L.LightningModule):
 
 
 def row_config(cfg: DictConfig, keep: tuple[str, ...] | None, logger: bool) -> DictConfig:
-    """The config of one row: only the callbacks it names (None: all of them), a logger or none."""
+    """The config of one row: only the default callbacks it names (None: all of them), a logger or none."""
     cfg = copy.deepcopy(cfg)
     with open_dict(cfg):
-        if keep is not None:
-            cfg.callbacks = {k: v for k, v in (cfg.get("callbacks") or {}).items() if k in keep}
-            cfg.trainer.enable_progress_bar = "progress_bar" in keep
-            cfg.trainer.enable_checkpointing = "model_checkpoint" in keep
+        default = cfg.bench.breakdown.callbacks
+        cfg.callbacks = {k: v for k, v in default.items() if keep is None or k in keep}
+        cfg.trainer.enable_progress_bar = keep is None or "progress_bar" in keep
+        cfg.trainer.enable_checkpointing = keep is None or "model_checkpoint" in keep
         if not logger:
             cfg.logger = {}
     return cfg
@@ -63,10 +65,13 @@ def row_config(cfg: DictConfig, keep: tuple[str, ...] | None, logger: bool) -> D
 def measure_row(cfg: DictConfig, row: tuple, warmup: int, steps: int, data: DataCache) -> dict:
     _, brisk_module, reliability, keep, logger = row
     cfg = with_clock(row_config(cfg, keep, logger), warmup, steps)
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-    trainer = build_trainer(cfg, always_on() if reliability else [])
-    model = build_model(cfg)
-    return timed_fit(trainer, data.get(cfg.data, build_datamodule(cfg)), model if brisk_module else BareStep(model))
+    with tempfile.TemporaryDirectory(prefix="brisk-breakdown-") as scratch, open_dict(cfg):
+        cfg.paths.output_dir = scratch  # the checkpoints, logs and plots the fit writes when it stops
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+        trainer = build_trainer(cfg, always_on() if reliability else [])
+        model = build_model(cfg)
+        datamodule = data.get(cfg.data, build_datamodule(cfg))
+        return timed_fit(trainer, datamodule, model if brisk_module else BareStep(model))
 
 
 def compare(cfg: DictConfig, warmup: int, steps: int, rounds: int, data: DataCache) -> dict:
