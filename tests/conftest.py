@@ -160,3 +160,19 @@ def rank_zero_again():
 
     rank_zero_only.rank = 0
     yield
+
+
+def bare_trainer(**kwargs):
+    """A one-process CPU Trainer with Lightning's extras off (logger, checkpoints, bar, summary): for tests of
+    a single callback or hook. Keyword arguments go to the Trainer."""
+    import lightning as L
+
+    defaults = dict(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    return L.Trainer(**{**defaults, **kwargs})

@@ -13,7 +13,7 @@ from torch.overrides import TorchFunctionMode
 
 from brisk.callbacks import DivergenceGuard
 from brisk.callbacks.guard import Diverged
-from conftest import TINY, run_cli
+from conftest import TINY, bare_trainer, run_cli
 from test_bad_data import assert_user_error
 
 # Learning rate x e^40 from epoch 2 on: epochs 0 and 1 train normally, epoch 2 blows up (8 steps per epoch).
@@ -65,23 +65,52 @@ class HostSyncs(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_no_host_sync_between_log_steps():
-    trainer = L.Trainer(accelerator="cpu", devices=1, log_every_n_steps=5, logger=False, enable_checkpointing=False)
-    guard = DivergenceGuard()
-    for batch_idx in range(1, 5):
+class Losses(L.LightningModule):
+    """A model whose training loss at batch i is losses[i] (its gradients are zero: the weights stay finite)."""
+
+    def __init__(self, losses: list[float]) -> None:
+        super().__init__()
+        self.losses, self.w = losses, torch.nn.Parameter(torch.zeros(1))
+
+    def training_step(self, batch, batch_idx: int):
+        return self.w.sum() * 0 + self.losses[batch_idx]
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(torch.zeros(len(self.losses), 1), batch_size=1)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class WatchedGuard(DivergenceGuard):
+    """The guard, with the host syncs of its per-batch hook recorded by batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.syncs: dict[int, list[str]] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         with HostSyncs() as syncs:
-            guard.on_train_batch_end(trainer, None, {"loss": torch.tensor(2.3)}, None, batch_idx)
-        assert syncs.calls == [], f"step {batch_idx}: {syncs.calls}"
-    with HostSyncs() as syncs:  # the 5th step is a logging step: one look at the buffered losses
-        guard.on_train_batch_end(trainer, None, {"loss": torch.tensor(2.3)}, None, 5)
-    assert syncs.calls == ["__bool__"]
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        self.syncs[batch_idx] = syncs.calls
+
+
+def _fit(losses: list[float], guard: DivergenceGuard, **trainer_args) -> None:
+    bare_trainer(max_epochs=1, log_every_n_steps=5, callbacks=[guard], **trainer_args).fit(Losses(losses))
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_host_sync_only_when_lightning_logs(accumulate):
+    """One read of the summed losses on the batch after which Lightning writes its logs (under accumulation,
+    the batch that steps the optimizer), none on the others."""
+    guard = WatchedGuard()
+    _fit([2.3] * 24, guard, accumulate_grad_batches=accumulate)
+    every = 5 * accumulate  # log_every_n_steps counts optimizer steps
+    assert {b for b, calls in guard.syncs.items() if calls} == {b for b in range(24) if (b + 1) % every == 0}
+    assert all(calls == ["__float__"] for calls in guard.syncs.values() if calls)
 
 
 def test_inf_between_log_steps_is_caught_at_the_next_one():
-    trainer = L.Trainer(accelerator="cpu", devices=1, log_every_n_steps=5, logger=False, enable_checkpointing=False)
-    guard = DivergenceGuard()
-    losses = [2.3, 2.2, float("inf"), 2.1]
-    for batch_idx, loss in enumerate(losses):
-        guard.on_train_batch_end(trainer, None, {"loss": torch.tensor(loss)}, None, batch_idx)
-    with pytest.raises(Diverged, match=r"the loss is inf at global step 0 \(epoch 0, batch 2\)"):
-        guard.on_train_batch_end(trainer, None, {"loss": torch.tensor(2.0)}, None, 4)
+    losses = [2.3, 2.2, float("inf"), 2.1, 2.0, 1.9, 1.8]
+    with pytest.raises(Diverged, match=r"the loss became inf in epoch 0, batches 0 to 4, by global step 5\."):
+        _fit(losses, WatchedGuard())

@@ -68,9 +68,11 @@ class ImageClassifier(L.LightningModule):
         )
         # Read by brisk.callbacks.RunPlots after test; not in checkpoints (torchmetrics states are not persistent).
         self.test_confusion = MulticlassConfusionMatrix(num_classes, validate_args=False)
-        # The training epoch's summed batch losses and correct count, kept on the device (see step).
-        self.register_buffer("train_sums", torch.zeros(2), persistent=False)
-        self.train_batches = self.train_images = 0
+        # The training epoch's summed batch losses and correct count, kept on the device (see step), and its
+        # batch and image counts: a list, so that counting is no nn.Module.__setattr__ per step.
+        self.register_buffer("train_loss_sum", torch.zeros(()), persistent=False)
+        self.register_buffer("train_correct", torch.zeros((), dtype=torch.long), persistent=False)
+        self.train_seen = [0, 0]
         self.val_acc_best = MaxMetric()
         # In the checkpoint, so a resumed run reports the best over all epochs, not only the resumed ones.
         self.val_acc_best.persistent(True)
@@ -111,9 +113,12 @@ class ImageClassifier(L.LightningModule):
         # (nil-compute figures: brisk-bench's overhead breakdown), so the epoch's loss and correct count are
         # summed on the device, with no host sync, and logged once per epoch (every training batch has the same
         # size: drop_last); the step loss goes to Lightning only on the steps on which it writes logs.
-        self.train_sums += torch.stack([loss.detach().float(), (logits.detach().argmax(-1) == y).sum().float()])
-        self.train_batches += 1
-        self.train_images += len(y)
+        # In place, two adds: the stacked sum it replaces took 14 us instead of 10 (one CPU thread).
+        self.train_loss_sum.add_(loss.detach())
+        self.train_correct.add_((logits.detach().argmax(-1) == y).sum())
+        seen = self.train_seen
+        seen[0] += 1
+        seen[1] += len(y)
         if compat.logs_this_step(self.trainer):
             self.log("train/loss_step", loss, on_step=True, on_epoch=False)
         if self.hparams.l1:
@@ -138,14 +143,15 @@ class ImageClassifier(L.LightningModule):
         self.log(f"{stage}/acc", self.acc[f"{stage}_acc"], prog_bar=stage == "val")
 
     def on_train_epoch_start(self) -> None:
-        self.train_sums.zero_()
-        self.train_batches = self.train_images = 0
+        self.train_loss_sum.zero_()
+        self.train_correct.zero_()
+        self.train_seen[:] = [0, 0]
 
     def on_train_epoch_end(self) -> None:
-        if self.train_batches:  # the ranks ran as many batches of one size, so the mean over ranks is exact
-            loss, correct = self.train_sums.unbind()
-            self.log("train/loss", loss / self.train_batches, sync_dist=True)
-            self.log("train/acc", correct / self.train_images, sync_dist=True)
+        batches, images = self.train_seen
+        if batches:  # the ranks ran as many batches of one size, so the mean over ranks is exact
+            self.log("train/loss", self.train_loss_sum / batches, sync_dist=True)
+            self.log("train/acc", self.train_correct / images, sync_dist=True)
 
     def on_test_epoch_end(self) -> None:
         self.log_epoch("test")
