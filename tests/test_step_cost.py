@@ -8,13 +8,14 @@ import csv
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import open_dict
 from torch.overrides import TorchFunctionMode
 
 from brisk import compat
 from brisk.builder import build
 from brisk.callbacks import ProgressBar
-from conftest import TINY, compose_cfg
+from conftest import TINY, bare_trainer, compose_cfg
 
 # Tensor -> Python conversions: on a GPU each waits for the device (a host sync). Copies to the CPU
 # (.cpu(), .to("cpu")) are no-ops in a CPU run, so only the GPU test sees those.
@@ -143,3 +144,50 @@ def test_fast_callbacks_keep_only_what_resume_needs(brisk_root):
     kinds = {type(c).__name__ for c in trainer.callbacks}
     assert {"LastCheckpoint", "DivergenceGuard", "ResumeState", "SigtermCheckpoint"} <= kinds
     assert not kinds & {"ProgressBar", "TQDMProgressBar", "RichProgressBar", "LearningRateMonitor", "RunPlots"}
+
+
+def test_lightning_skips_a_hook_that_is_not_callable():
+    """compat.skip_empty_batch_hooks relies on Lightning's dispatch skipping such a hook (lightning 2.6.6)."""
+    seen = []
+
+    class Half(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            seen.append(batch_idx)
+
+    callback = Half()
+    callback.on_train_batch_end = None  # called, it would raise TypeError
+    trainer = bare_trainer(max_steps=3, callbacks=[callback])
+    trainer.fit(BoringModel())
+    assert seen == [0, 1, 2]
+
+
+def test_default_callbacks_leave_no_empty_batch_hook_to_call(brisk_root):
+    """Lightning calls a callback's per-batch hook only where it does something."""
+    trainer, _, _ = build(compose_cfg(TINY, brisk_root))
+    for c in trainer.callbacks:
+        c.setup(trainer, None, "fit")  # SigtermCheckpoint drops its per-batch agreement outside DDP here
+    called = [(c, h) for c in trainer.callbacks for h in compat.BATCH_HOOKS if callable(getattr(c, h))]
+    assert all(getattr(type(c), h) is not getattr(L.Callback, h) for c, h in called)
+    training = {(type(c).__name__, h) for c, h in called if h in compat.BATCH_HOOKS[:6]}
+    assert training == {
+        ("DivergenceGuard", "on_train_batch_end"),  # adds the loss to its device-side sum
+        ("SpeedMeter", "on_train_batch_end"),  # counts images
+        ("ProgressBar", "on_train_batch_end"),  # redraws every N steps
+        ("RunPlots", "on_train_batch_end"),  # records the learning rate
+        ("LearningRateMonitor", "on_train_batch_start"),  # Lightning's: returns unless it logs
+        ("StartupClock", "on_train_batch_start"),  # only until the first step
+    }
+
+
+def test_brisk_model_checkpoint_keeps_lightnings_state_key():
+    """The same key as Lightning's ModelCheckpoint: checkpoints written before brisk's subclass still resume."""
+    from lightning.pytorch.callbacks import ModelCheckpoint as Lightnings
+
+    from brisk.callbacks import LastCheckpoint, ModelCheckpoint
+
+    args = {"monitor": "val/acc", "mode": "max", "dirpath": "x"}
+    assert ModelCheckpoint(**args).state_key == Lightnings(**args).state_key
+    assert ModelCheckpoint(**args).on_train_batch_end is None  # saves at epoch ends only: nothing to do on steps
+    assert callable(ModelCheckpoint(every_n_train_steps=5, **args).on_train_batch_end)
+    assert LastCheckpoint(dirpath="x").on_train_batch_end is None
+    assert callable(LastCheckpoint(dirpath="x", every_n_train_steps=5).on_train_batch_end)

@@ -10,7 +10,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from brisk import checks, distributed, preflight, rundir
+from brisk import checks, compat, distributed, preflight, rundir
 from brisk.callbacks import DivergenceGuard, RankSeed, ResumeState, SigtermCheckpoint, SpeedMeter, StartupClock
 from brisk.checkpoint_io import SafeCheckpointIO
 
@@ -52,13 +52,15 @@ def _trainer(cfg: DictConfig, extra_callbacks) -> L.Trainer:
     callbacks = [*_instantiate_all(cfg.get("callbacks")), *extra_callbacks]
     # Checkpoints are written by temp file + rename and always read with weights_only=True.
     plugins = [SafeCheckpointIO(), *instantiate(cfg.trainer.get("plugins") or [])]
-    return instantiate(
+    trainer = instantiate(
         cfg.trainer,
         precision=precision,
         callbacks=callbacks,
         logger=_instantiate_all(cfg.get("logger")),
         plugins=plugins,
     )
+    compat.skip_empty_batch_hooks(trainer)  # with the callbacks Lightning adds itself (the model summary)
+    return trainer
 
 
 def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:

@@ -1,4 +1,4 @@
-from brisk.callbacks.checkpoint import LastCheckpoint
+from brisk.callbacks.checkpoint import LastCheckpoint, ModelCheckpoint
 from brisk.callbacks.guard import DivergenceGuard
 from brisk.callbacks.interrupt import SigtermCheckpoint
 from brisk.callbacks.plots import RunPlots
@@ -12,6 +12,7 @@ from brisk.callbacks.startup import StartupClock
 __all__ = [
     "DivergenceGuard",
     "LastCheckpoint",
+    "ModelCheckpoint",
     "ProgressBar",
     "RankSeed",
     "Pruning",

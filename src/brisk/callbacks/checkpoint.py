@@ -1,4 +1,11 @@
-"""LastCheckpoint: last.ckpt at every epoch end and, optionally, every N optimizer steps in between.
+"""brisk's checkpoint callbacks: Lightning's ModelCheckpoint without its cost on steps where it has nothing to
+do, and LastCheckpoint, last.ckpt at every epoch end and, optionally, every N optimizer steps in between.
+
+Lightning's ModelCheckpoint costs ~20 us on every training step even when it saves only at epoch ends
+(10 of them added 0.25 ms per step at nil compute): its on_train_batch_end runs its skip checks, and
+Lightning builds the callback's `state_key`, a repr of five settings, each time it calls one of its
+hooks. The subclass keeps the same name, so its state_key, and the checkpoints it reads and writes,
+are the same as Lightning's.
 
 Lightning's ModelCheckpoint takes `every_n_epochs` or `every_n_train_steps`, not both. Steps alone
 leave last.ckpt behind the end of training (unless N divides the run), and a step checkpoint on an
@@ -9,9 +16,25 @@ This one keeps the epoch-end write and adds step writes that skip an epoch's las
 
 from __future__ import annotations
 
-from lightning.pytorch.callbacks import ModelCheckpoint
+from functools import cached_property
+
+from lightning.pytorch import callbacks
 
 from brisk import compat
+
+
+class ModelCheckpoint(callbacks.ModelCheckpoint):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not compat.saves_on_steps(self):
+            # Lightning's hook saves only on a step or a time trigger (lightning 2.6.6); without one it only
+            # runs its checks. Not callable: Lightning's dispatch skips it (see compat.BATCH_HOOKS).
+            self.on_train_batch_end = None
+
+    @cached_property
+    def state_key(self) -> str:
+        # What it is built from (monitor, mode and the save triggers) is fixed when the callback is made.
+        return super().state_key
 
 
 class LastCheckpoint(ModelCheckpoint):
@@ -20,6 +43,8 @@ class LastCheckpoint(ModelCheckpoint):
         if every_n_train_steps is not None and every_n_train_steps < 0:
             raise ValueError(f"every_n_train_steps={every_n_train_steps} must be >= 0")
         self.step_interval = every_n_train_steps or 0
+        if self.step_interval:
+            del self.on_train_batch_end  # the class's hook again: it saves every step_interval steps
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)

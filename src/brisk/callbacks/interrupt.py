@@ -69,7 +69,11 @@ class SigtermCheckpoint(L.Callback):
         self._pending: tuple[torch.Tensor, object] | None = None  # (flag, work) of the last batch's all-reduce
 
     def setup(self, trainer, pl_module, stage: str) -> None:
-        if _distributed(trainer) and self._group is None:  # every rank calls setup: a collective call is safe
+        if not _distributed(trainer):
+            self.on_train_batch_end = None  # no ranks to agree with: Lightning skips a hook that is not callable
+            return
+        vars(self).pop("on_train_batch_end", None)
+        if self._group is None:  # every rank calls setup: a collective call is safe
             gloo = torch.distributed.get_backend() == "gloo"
             self._group = torch.distributed.group.WORLD if gloo else torch.distributed.new_group(backend="gloo")
 
