@@ -9,6 +9,7 @@ CLI writes bench.json, bench.md and a PNG per part.
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import pytest
@@ -70,6 +71,23 @@ def test_window_times_only_the_steps_after_the_warmup():
     r = window.result()
     assert r["batches"] == 3 and r["images_per_sec"] == pytest.approx(30 / (3 * r["batch_s"]))
     assert r["first_step_s"] >= 0.05 > r["batch_s"] >= 0.01
+
+
+def test_window_counts_the_calls_of_the_steps_after_the_warmup():
+    def step(extra: int) -> None:
+        for _ in range(extra):
+            abs(-1)  # one built-in call
+
+    def calls(extra: int) -> float:
+        window = Window(warmup=2, steps=4, device=torch.device("cpu"), count_calls=True)
+        window.start()
+        for s in range(6):
+            step(50 if s < 2 else extra)  # the warm-up's calls are not counted
+            window.tick(images=10)
+        return window.result()["calls_per_step"]
+
+    assert calls(10) - calls(3) == 7  # exact: a count, not a clock
+    assert sys.getprofile() is None  # the window leaves no profiler behind
 
 
 def test_peak_memory_sees_an_allocation_and_forgets_it_after_reset():

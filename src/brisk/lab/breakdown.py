@@ -23,6 +23,8 @@ from brisk.lab.fit import DataCache, timed_fit, with_clock
 from brisk.lab.plain import plain_loop
 from brisk.lab.stats import in_turn, median, spread
 
+CALL_STEPS = 50  # steps whose function calls are counted, after the warm-up
+
 # (label, brisk's module instead of the bare one, always-on callbacks, callbacks of the group kept, logger)
 ROWS = [
     ("bare Lightning", False, False, (), False),
@@ -62,9 +64,9 @@ def row_config(cfg: DictConfig, keep: tuple[str, ...] | None, logger: bool) -> D
     return cfg
 
 
-def measure_row(cfg: DictConfig, row: tuple, warmup: int, steps: int, data: DataCache) -> dict:
+def measure_row(cfg: DictConfig, row: tuple, warmup: int, steps: int, data: DataCache, count_calls=False) -> dict:
     _, brisk_module, reliability, keep, logger = row
-    cfg = with_clock(row_config(cfg, keep, logger), warmup, steps)
+    cfg = with_clock(row_config(cfg, keep, logger), warmup, steps, count_calls)
     with tempfile.TemporaryDirectory(prefix="brisk-breakdown-") as scratch, open_dict(cfg):
         cfg.paths.output_dir = scratch  # the checkpoints, logs and plots the fit writes when it stops
         L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -83,20 +85,34 @@ def compare(cfg: DictConfig, warmup: int, steps: int, rounds: int, data: DataCac
                 plain.append(plain_loop(cfg, warmup, steps)["batch_s"])
             else:
                 timed[label].append(measure_row(cfg, row, warmup, steps, data)["batch_s"])
-    rows, previous = [], 0.0
-    for label, seconds in timed.items():
-        extra = [1e3 * (s - p) for s, p in zip(seconds, plain, strict=True)]
+    # Function calls per step, which read the same on every run: the rounds' clocks scatter by more than
+    # what one callback costs, the counts do not. One counted fit per side (counting slows it down).
+    plain_calls = plain_loop(cfg, warmup, CALL_STEPS, count_calls=True)["calls_per_step"]
+    rows, previous, previous_calls = [], 0.0, 0.0
+    for row in ROWS:
+        label = row[0]
+        extra = [1e3 * (s - p) for s, p in zip(timed[label], plain, strict=True)]
         ms = median(extra)
+        calls = measure_row(cfg, row, warmup, CALL_STEPS, data, count_calls=True)["calls_per_step"] - plain_calls
         rows.append(
-            {"label": label, "extra_ms_per_step": ms, "adds_ms": ms - previous, "spread_ms": max(extra) - min(extra)}
+            {
+                "label": label,
+                "extra_ms_per_step": ms,
+                "adds_ms": ms - previous,
+                "spread_ms": max(extra) - min(extra),
+                "extra_calls_per_step": calls,
+                "adds_calls": calls - previous_calls,
+            }
         )
-        previous = ms
+        previous, previous_calls = ms, calls
     return {
         "batch_size": cfg.data.batch_size,
         "steps": steps,
         "rounds": rounds,
         "plain_ms_per_step": 1e3 * median(plain),
         "plain_spread": spread(plain),
+        "plain_calls_per_step": plain_calls,
+        "call_steps": CALL_STEPS,
         "rows": rows,
         "default_extra_ms_per_step": rows[-1]["extra_ms_per_step"],
     }

@@ -7,6 +7,7 @@ itself be the kind of per-step overhead the lab is looking for.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import lightning as L
@@ -22,14 +23,36 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class Window:
-    """Call `start()` before the first step and `tick(images)` after each; `tick` says when to stop."""
+class CallCount:
+    """Function calls (Python and built-in) made by this thread while it is on: a count of the Python work per
+    step that, unlike a clock, reads the same on every run. Counting slows the calls down, so a counted
+    window is not also timed."""
 
-    def __init__(self, warmup: int, steps: int, device: torch.device) -> None:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _event(self, frame, event: str, arg) -> None:
+        if event == "call" or event == "c_call":
+            self.calls += 1
+
+    def start(self) -> None:
+        sys.setprofile(self._event)
+
+    def stop(self) -> None:
+        sys.setprofile(None)
+
+
+class Window:
+    """Call `start()` before the first step and `tick(images)` after each; `tick` says when to stop.
+
+    With `count_calls`, the window counts function calls instead of timing (see CallCount)."""
+
+    def __init__(self, warmup: int, steps: int, device: torch.device, count_calls: bool = False) -> None:
         self.warmup, self.steps, self.device = warmup, steps, device
         self.count = self.images = 0
         self.first_step_s: float | None = None
         self._t_start = self._t0 = self._t1 = 0.0
+        self.calls = CallCount() if count_calls else None
 
     def _now(self) -> float:
         sync(self.device)
@@ -44,9 +67,13 @@ class Window:
             self.first_step_s = self._now() - self._t_start
         if self.count == self.warmup:
             self._t0 = self._now()
+            if self.calls:
+                self.calls.start()
         elif self.count > self.warmup:
             self.images += images
             if self.count == self.warmup + self.steps:
+                if self.calls:
+                    self.calls.stop()
                 self._t1 = self._now()
         return self.count >= self.warmup + self.steps
 
@@ -58,6 +85,8 @@ class Window:
                 "lower bench.*.warmup, or raise trainer.max_epochs / the data size."
             )
         if self.count < self.warmup + self.steps:  # training ended early: measure what ran
+            if self.calls:
+                self.calls.stop()
             self._t1 = self._now()
         seconds = self._t1 - self._t0
         return {
@@ -66,6 +95,7 @@ class Window:
             "first_step_s": self.first_step_s,
             "loop_s": self._t1 - self._t_start,
             "batches": measured,
+            **({"calls_per_step": self.calls.calls / measured} if self.calls else {}),
         }
 
 
@@ -76,8 +106,8 @@ class StepClock(L.Callback):
     After fit, `result` holds the window, the last step's loss and the peak memory (summed over ranks).
     """
 
-    def __init__(self, warmup: int = 2, steps: int = 5) -> None:
-        self.warmup, self.steps = warmup, steps
+    def __init__(self, warmup: int = 2, steps: int = 5, count_calls: bool = False) -> None:
+        self.warmup, self.steps, self.count_calls = warmup, steps, count_calls
         self.result: dict[str, float] = {}
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -85,7 +115,7 @@ class StepClock(L.Callback):
         self.memory.reset()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.window = Window(self.warmup, self.steps, trainer.strategy.root_device)
+        self.window = Window(self.warmup, self.steps, trainer.strategy.root_device, self.count_calls)
         self._loss: torch.Tensor | None = None
         self.window.start()
 

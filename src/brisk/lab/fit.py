@@ -22,13 +22,18 @@ class DataCache:
         return self._modules.setdefault(OmegaConf.to_yaml(data_cfg, resolve=True), fresh)
 
 
-def with_clock(cfg: DictConfig, warmup: int, steps: int) -> DictConfig:
+def with_clock(cfg: DictConfig, warmup: int, steps: int, count_calls: bool = False) -> DictConfig:
     """The config with the lab's clock among its callbacks, so the builder makes it like any other."""
     cfg = copy.deepcopy(cfg)
     with open_dict(cfg):
         if cfg.get("callbacks") is None:
             cfg.callbacks = {}
-        cfg.callbacks.lab_clock = {"_target_": f"{StepClock.__module__}.StepClock", "warmup": warmup, "steps": steps}
+        cfg.callbacks.lab_clock = {
+            "_target_": f"{StepClock.__module__}.StepClock",
+            "warmup": warmup,
+            "steps": steps,
+            "count_calls": count_calls,
+        }
     return cfg
 
 

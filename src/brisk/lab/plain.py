@@ -42,7 +42,7 @@ def _autocast(precision: str, device: torch.device):
     )
 
 
-def plain_loop(cfg: DictConfig, warmup: int, steps: int) -> dict:
+def plain_loop(cfg: DictConfig, warmup: int, steps: int, count_calls: bool = False) -> dict:
     if cfg.get("scheduler"):
         raise BriskError(
             "scheduler: the plain loop steps the optimizer only. Run the overhead part with scheduler=none."
@@ -67,7 +67,7 @@ def plain_loop(cfg: DictConfig, warmup: int, steps: int) -> dict:
 
     memory = PeakMemory(device)  # as the StepClock does for the fit: both sides start from the same clean heap
     memory.reset()
-    window = Window(warmup, steps, device)
+    window = Window(warmup, steps, device, count_calls)
     window.start()
     loss = torch.tensor(float("nan"))
     for epoch in itertools.count():

@@ -72,13 +72,22 @@ def breakdown(b: dict[str, Any]) -> str:
     head = (
         f"### Cost per step, by component\n\nA fit at nil compute (batch {b['batch_size']}, see bench.breakdown), "
         f"built up one component per row; each row against the plain loop ({b['plain_ms_per_step']:.2f} ms/step) "
-        f"in the same round, {b['steps']} steps timed, median of {b['rounds']} interleaved rounds.\n"
+        f"in the same round, {b['steps']} steps timed, median of {b['rounds']} interleaved rounds. Calls: the "
+        f"function calls per step over the plain loop's {b['plain_calls_per_step']:.0f} (Python and built-in, "
+        f"counted over {b['call_steps']} steps), which, unlike the clock, read the same on every run.\n"
     )
     rows = [
-        [r["label"], f"{r['extra_ms_per_step']:.3f}", f"{r['adds_ms']:+.3f}", f"{r['spread_ms']:.3f}"]
+        [
+            r["label"],
+            f"{r['extra_ms_per_step']:.3f}",
+            f"{r['adds_ms']:+.3f}",
+            f"{r['spread_ms']:.3f}",
+            f"{r['extra_calls_per_step']:.0f}",
+            f"{r['adds_calls']:+.0f}",
+        ]
         for r in b["rows"]
     ]
-    header = ["fit", "ms/step over the plain loop", "adds", "spread (max - min)"]
+    header = ["fit", "ms/step over the plain loop", "adds", "spread (max - min)", "calls/step over plain", "adds"]
     return head + "\n" + _table(header, rows)
 
 
