@@ -147,7 +147,8 @@ def test_fast_callbacks_keep_only_what_resume_needs(brisk_root):
 
 
 def test_lightning_skips_a_hook_that_is_not_callable():
-    """compat.skip_empty_batch_hooks relies on Lightning's dispatch skipping such a hook (lightning 2.6.6)."""
+    """compat.skip_empty_hooks relies on Lightning's dispatch skipping such a hook, on callbacks and on the
+    LightningModule (lightning 2.6.6)."""
     seen = []
 
     class Half(L.Callback):
@@ -157,18 +158,22 @@ def test_lightning_skips_a_hook_that_is_not_callable():
     callback = Half()
     callback.on_train_batch_end = None  # called, it would raise TypeError
     trainer = bare_trainer(max_steps=3, callbacks=[callback])
-    trainer.fit(BoringModel())
+    model = BoringModel()
+    model.on_train_batch_end = model.on_before_backward = None
+    trainer.fit(model)
     assert seen == [0, 1, 2]
 
 
 def test_default_callbacks_leave_no_empty_batch_hook_to_call(brisk_root):
-    """Lightning calls a callback's per-batch hook only where it does something."""
-    trainer, _, _ = build(compose_cfg(TINY, brisk_root))
+    """Lightning calls a callback's per-batch hook only where it does something, and none of the module's."""
+    trainer, _, model = build(compose_cfg(TINY, brisk_root))
+    assert not any(callable(getattr(model, h)) for h in compat.TRAINING_HOOKS)
+    assert callable(model.on_validation_batch_end)  # Lightning reads the evaluation hooks' signatures
     for c in trainer.callbacks:
         c.setup(trainer, None, "fit")  # SigtermCheckpoint drops its per-batch agreement outside DDP here
     called = [(c, h) for c in trainer.callbacks for h in compat.BATCH_HOOKS if callable(getattr(c, h))]
     assert all(getattr(type(c), h) is not getattr(L.Callback, h) for c, h in called)
-    training = {(type(c).__name__, h) for c, h in called if h in compat.BATCH_HOOKS[:6]}
+    training = {(type(c).__name__, h) for c, h in called if h in compat.TRAINING_HOOKS}
     assert training == {
         ("DivergenceGuard", "on_train_batch_end"),  # adds the loss to its device-side sum
         ("SpeedMeter", "on_train_batch_end"),  # counts images

@@ -59,7 +59,8 @@ def _trainer(cfg: DictConfig, extra_callbacks) -> L.Trainer:
         logger=_instantiate_all(cfg.get("logger")),
         plugins=plugins,
     )
-    compat.skip_empty_batch_hooks(trainer)  # with the callbacks Lightning adds itself (the model summary)
+    for callback in trainer.callbacks:  # with those Lightning adds itself (the model summary)
+        compat.skip_empty_hooks(callback)
     return trainer
 
 

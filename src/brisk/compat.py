@@ -66,9 +66,9 @@ def save_now(callback: ModelCheckpoint, trainer: L.Trainer) -> None:
     callback._save_last_checkpoint(trainer, candidates)
 
 
-# The callback hooks Lightning calls on every batch. Its dispatch (trainer/call.py, _call_callback_hooks) skips
-# a callback whose attribute for the hook is not callable; a call costs ~15 Python calls (a profiler context
-# and the callback's state_key) even when the hook is Callback's empty one.
+# The hooks Lightning calls on every batch. Its dispatch (trainer/call.py) skips an attribute that is not
+# callable; a call costs ~15 Python calls (a profiler context, the callback's state_key) even when the hook
+# is the base class's empty one.
 BATCH_HOOKS = (
     "on_train_batch_start",
     "on_before_backward",
@@ -85,14 +85,19 @@ BATCH_HOOKS = (
 )
 
 
-def skip_empty_batch_hooks(trainer: L.Trainer) -> None:
-    """Lightning no longer calls the per-batch hooks that a callback leaves as Callback's empty ones. The default
-    callbacks' empty hooks were ~900 of the ~3,000 function calls of a nil-compute step (brisk-bench's
-    breakdown counts them). Only the instances change; what runs is the same."""
-    for callback in trainer.callbacks:
-        for hook in BATCH_HOOKS:
-            if getattr(type(callback), hook) is getattr(L.Callback, hook):
-                setattr(callback, hook, None)
+def skip_empty_hooks(obj: L.Callback | L.LightningModule, hooks: tuple[str, ...] = BATCH_HOOKS) -> None:
+    """Lightning no longer calls the hooks among `hooks` that `obj` leaves as its base class's empty ones: it
+    skips a hook attribute that is not callable, for callbacks and for the LightningModule alike (trainer/call.py).
+    The default callbacks' empty hooks were ~900 of the ~3,000 function calls of a nil-compute step
+    (brisk-bench's breakdown counts them). Only the instance changes; what runs is the same."""
+    base = L.Callback if isinstance(obj, L.Callback) else L.LightningModule
+    for hook in hooks:
+        if getattr(type(obj), hook) is getattr(base, hook):
+            setattr(obj, hook, None)
+
+
+# The LightningModule's: its evaluation batch hooks stay, Lightning reads their signatures (loops/utilities.py).
+TRAINING_HOOKS = BATCH_HOOKS[:6]
 
 
 def saves_on_steps(callback: ModelCheckpoint) -> bool:
