@@ -116,6 +116,21 @@ def test_plain_loop_and_brisk_fit_reach_the_same_loss(tiny_bench):
     assert brisk["epoch_batches"] == 15 and brisk["peak_mb"] > brisk["added_mb"] > 0
 
 
+def test_breakdown_counts_what_each_component_adds(brisk_root):
+    """The breakdown part end to end, small: every row timed and counted, and the report says what brisk adds."""
+    from brisk.lab import breakdown, report
+
+    overrides = list(compose_cfg([], brisk_root, config_name="bench").bench.breakdown.overrides)
+    tiny = [o for o in TINY if not o.startswith("model.net.")]  # the breakdown's NilNet takes no width
+    cfg = compose_cfg([*tiny, *overrides], brisk_root, config_name="bench")
+    b = breakdown.compare(cfg, warmup=1, steps=3, rounds=1, data=DataCache())
+    calls = [r["extra_calls_per_step"] for r in b["rows"]]
+    assert len(calls) == len(breakdown.ROWS) and b["plain_calls_per_step"] > 0
+    assert calls[0] > 500, "bare Lightning's loop makes hundreds of calls a step more than the plain loop"
+    assert b["default_calls_over_bare_lightning"] == calls[-1] - calls[0] > 0
+    assert f"adds {calls[-1] - calls[0]:.0f} calls per step" in report.breakdown(b)
+
+
 def test_plain_loop_refuses_what_it_cannot_replicate(tiny_bench):
     cfg = tiny_bench.copy()
     with open_dict(cfg):

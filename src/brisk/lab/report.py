@@ -74,7 +74,8 @@ def breakdown(b: dict[str, Any]) -> str:
         f"built up one component per row; each row against the plain loop ({b['plain_ms_per_step']:.2f} ms/step) "
         f"in the same round, {b['steps']} steps timed, median of {b['rounds']} interleaved rounds. Calls: the "
         f"function calls per step over the plain loop's {b['plain_calls_per_step']:.0f} (Python and built-in, "
-        f"counted over {b['call_steps']} steps), which, unlike the clock, read the same on every run.\n"
+        f"counted over {b['call_steps']} steps), which, unlike the clock, read the same on every run. brisk's "
+        f"default adds {b['default_calls_over_bare_lightning']:.0f} calls per step to bare Lightning.\n"
     )
     rows = [
         [
