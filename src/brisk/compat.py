@@ -88,8 +88,9 @@ BATCH_HOOKS = (
 def skip_empty_hooks(obj: L.Callback | L.LightningModule, hooks: tuple[str, ...] = BATCH_HOOKS) -> None:
     """Lightning no longer calls the hooks among `hooks` that `obj` leaves as its base class's empty ones: it
     skips a hook attribute that is not callable, for callbacks and for the LightningModule alike (trainer/call.py).
-    The default callbacks' empty hooks were ~900 of the ~3,000 function calls of a nil-compute step
-    (brisk-bench's breakdown counts them). Only the instance changes; what runs is the same."""
+    With brisk's other cuts, this took the default configuration from ~3,150 to ~1,750 function calls per
+    nil-compute step over the plain loop (brisk-bench's breakdown counts them). Only the instance changes;
+    what runs is the same."""
     base = L.Callback if isinstance(obj, L.Callback) else L.LightningModule
     for hook in hooks:
         if getattr(type(obj), hook) is getattr(base, hook):
