@@ -83,6 +83,8 @@ def test_good_configs_pass(tmp_path):
         ["accumulation=schedule"],
     ):
         checks.validate(compose_cfg([*TINY, *overrides], tmp_path))
+    # image_folder's own default: a share of train/ validates (data.val_size=0.1)
+    checks.validate(compose_cfg(["data=image_folder", f"data.root={tmp_path}"], tmp_path))
 
 
 def test_stops_before_data_or_processes(tmp_path, brisk_root):

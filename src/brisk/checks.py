@@ -31,7 +31,7 @@ VALUES = {
     "trainer.gradient_clip_val": (NUM, lambda v: v >= 0, ">= 0", (None,)),
     "trainer.limit_train_batches": (NUM, lambda v: v > 0, "> 0", (None,)),  # 0 batches would train nothing
     "trainer.limit_val_batches": (NUM, lambda v: v >= 0, ">= 0", (None,)),
-    "data.val_size": (INT, lambda v: v >= 0, ">= 0", ()),
+    "data.val_size": (NUM, lambda v: v >= 0, ">= 0", ()),  # a number of images or a share (image_folder: 0.1)
     "data.split_seed": (INT, lambda v: v >= 0, ">= 0", ()),
     "data.augment.crop_pad": (INT, lambda v: 0 <= v <= 32, "in 0..32", ()),
     "data.augment.cutout_size": (INT, lambda v: 0 <= v <= 32, "in 0..32", ()),
