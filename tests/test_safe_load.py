@@ -247,6 +247,23 @@ def test_nan_optimizer_state_refuses_the_checkpoint(model_and_trainer):
         DivergenceGuard().on_save_checkpoint(trainer, model, {})
 
 
+def test_nan_in_muons_inner_state_refuses_the_checkpoint(model_and_trainer):
+    """MuonWithAdamW keeps its state in its inner Muon and AdamW: the checkpoint (its state_dict) holds it there."""
+    from brisk.models.muon import MuonWithAdamW
+
+    model, trainer = model_and_trainer
+    optimizer = MuonWithAdamW(model.parameters(), lr=0.01)
+    model(torch.zeros(2, 3, 32, 32)).sum().backward()
+    optimizer.step()
+    assert not optimizer.state and optimizer.muon.state  # the outer state is empty: the guard must look inside
+    for value in next(iter(optimizer.muon.state.values())).values():
+        if value.is_floating_point():
+            value.fill_(math.nan)
+    trainer.optimizers = [optimizer]
+    with pytest.raises(Diverged, match="no checkpoint was written"):
+        DivergenceGuard().on_save_checkpoint(trainer, model, {})
+
+
 def test_summary_is_strict_json(tmp_path):
     path = tmp_path / "eval.json"
     run_summary.write(path, {"metrics": {"test/loss": math.nan, "test/acc": 0.5}, "x": [math.inf, -math.inf]})

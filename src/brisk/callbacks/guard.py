@@ -110,8 +110,20 @@ def _saved_tensors(trainer: L.Trainer, pl_module: L.LightningModule) -> list[tor
     Metric states are left out: val_acc_best starts at -inf by design."""
     tensors = [*pl_module.parameters(), *pl_module.buffers()]
     for optimizer in trainer.optimizers:
-        tensors += [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+        # Its state_dict, as Lightning saves it: optimizers that hold inner ones (brisk's Muon + AdamW) show
+        # their state there, not in `optimizer.state`.
+        tensors += _tensors_in(optimizer.state_dict())
     return [t for t in tensors if t.is_floating_point() and t.numel()]
+
+
+def _tensors_in(tree: Any) -> list[torch.Tensor]:
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, Mapping):
+        return [t for v in tree.values() for t in _tensors_in(v)]
+    if isinstance(tree, (list, tuple)):
+        return [t for v in tree for t in _tensors_in(v)]
+    return []
 
 
 def _all_finite(tensors: list[torch.Tensor]) -> bool:
