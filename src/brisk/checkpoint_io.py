@@ -15,6 +15,7 @@ import contextlib
 import os
 import pickle
 import re
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,19 @@ def readable(path: str | os.PathLike) -> Iterator[None]:
             f"{path}: cannot be read as a checkpoint ({e.strerror or e}): it is truncated, corrupt or unreadable. "
             "Resume from another checkpoint in the same folder, or start the run again."
         ) from None
-    except (pickle.UnpicklingError, EOFError, RuntimeError, KeyError) as e:  # KeyError: torch's legacy reader on text
+    # The legacy (non-zip) reader fails on junk in many ways: KeyError, IndexError, UnicodeDecodeError (a
+    # ValueError), struct.error, TypeError, AttributeError; each call site wraps one torch.load.
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        RuntimeError,
+        KeyError,
+        ValueError,
+        TypeError,
+        IndexError,
+        AttributeError,
+        struct.error,
+    ) as e:
         text = str(e)
         # torch 2.14 names the object as "Unsupported global: GLOBAL x.y was not an allowed global", or for a
         # blocked module (os, posix, subprocess ...) "unsupported GLOBAL x.y whose module x is blocked".

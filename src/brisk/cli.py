@@ -61,10 +61,11 @@ def user_errors(task):
 
 def out_of_memory(e: BaseException, cfg) -> BriskError | None:
     """The one line for running out of memory (host or device), or None for any other error."""
-    text = str(e)
-    # torch.OutOfMemoryError (CUDA) says "out of memory"; the CPU allocator "can't allocate memory"
-    if not isinstance(e, MemoryError) and "out of memory" not in text and "can't allocate memory" not in text:
+    from lightning.pytorch.utilities.memory import is_oom_error  # here: the CLI module stays light to import
+
+    if not (isinstance(e, MemoryError) or is_oom_error(e)):  # Lightning's test: CUDA, cuDNN and the CPU allocator
         return None
+    text = str(e)
     batch = OmegaConf.select(cfg, "data.batch_size", default=None)
     smaller = batch // 2 if isinstance(batch, int) and batch > 1 else "<smaller>"
     return BriskError(

@@ -49,14 +49,8 @@ def checkpoint(path: Path) -> None:
     """Load the checkpoint to resume from now, as Lightning will (weights only), without reading its tensors
     (mmap): a crafted or damaged file is refused before the run starts, not inside the fit."""
     with readable(path):
-        try:
-            # mmap needs torch's zip format, which Lightning writes; anything else is read whole
-            torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
-        except (KeyError, ValueError, TypeError, IndexError, AttributeError) as e:  # torch's legacy reader on junk
-            raise BriskError(
-                f"{path}: not a readable checkpoint: it is truncated or corrupt ({type(e).__name__}). "
-                "Resume from another checkpoint in the same folder, or start the run again."
-            ) from None
+        # mmap needs torch's zip format, which Lightning writes; anything else is read whole
+        torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
 
 
 def checkpoint_dirs(cfg: DictConfig) -> dict[str, Path]:
