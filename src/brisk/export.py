@@ -62,7 +62,8 @@ def export(cfg: DictConfig) -> dict:
     fp32 = run_dir / "model.onnx"
     with ox.published(fp32) as tmp:
         ox.to_onnx(net, torch.from_numpy(bench[:2]), tmp)
-        result = ox.compare(ox.session(tmp, threads), test, reference)
+        sessions = {"fp32": ox.session(tmp, threads)}  # a session holds its model: the rename leaves it valid
+        result = ox.compare(sessions["fp32"], test, reference)
         ox.check(result, cfg.export.tolerance, str(fp32))
     models = {"fp32": (fp32, result)}
 
@@ -74,9 +75,9 @@ def export(cfg: DictConfig) -> dict:
         with ox.published(int8) as tmp:
             calibration = Calibration(datamodule.train_dataloader(), cfg.export.calibration_batches)
             quantize_int8(fp32, tmp, calibration, cfg.export.reduce_range)
-            models["int8"] = (int8, ox.compare(ox.session(tmp, threads), test, reference))
+            sessions["int8"] = ox.session(tmp, threads)
+            models["int8"] = (int8, ox.compare(sessions["int8"], test, reference))
 
-    sessions = {name: ox.session(path, threads) for name, (path, _) in models.items()}
     speed = report.images_per_sec(sessions, bench, cfg.export.bench_runs)
     rows = [report.row(name, path, res, speed[name]) for name, (path, res) in models.items()]
     table = report.markdown(rows, threads, len(bench))

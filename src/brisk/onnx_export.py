@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from brisk.data import augment as aug
 from brisk.data import cifar_files
 from brisk.errors import BriskError
 
@@ -28,11 +29,10 @@ class Normalized(nn.Module):
     def __init__(self, net: nn.Module, mean: Iterable[float], std: Iterable[float]) -> None:
         super().__init__()
         self.net = net
-        scale = 1.0 / torch.tensor(list(std), dtype=torch.float64)
-        shift = -torch.tensor(list(mean), dtype=torch.float64) * scale
-        # float64 first, as brisk.data.augment.normalize does, so the folded constants round the same way
-        self.register_buffer("scale", scale.float().view(1, -1, 1, 1))
-        self.register_buffer("shift", shift.float().view(1, -1, 1, 1))
+        # training's own constants, so the folded normalization rounds the same way
+        scale, shift = aug.affine(list(mean), list(std), torch.device("cpu"), torch.float32)
+        self.register_buffer("scale", scale.clone())
+        self.register_buffer("shift", shift.clone())
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.net(images * self.scale + self.shift)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import glob
-import os
 from pathlib import Path
 
 import lightning as L
@@ -25,7 +24,7 @@ from brisk.builder import build_datamodule, build_trainer
 from brisk.cli import entry_point
 from brisk.data.images import EXTENSIONS, list_images, prepare_images
 from brisk.errors import BriskError
-from brisk.onnx_export import normalization
+from brisk.onnx_export import normalization, published
 
 
 def find_inputs(inputs: str) -> list[Path]:
@@ -57,8 +56,10 @@ class Inputs(L.LightningDataModule):
         # Under DDP Lightning gives each rank a disjoint, unpadded share (its UnrepeatedDistributedSampler).
         return DataLoader(TensorDataset(self.images, torch.arange(len(self.images))), batch_size=self.batch_size)
 
+    def setup(self, stage: str) -> None:
+        self.data.trainer = self.trainer  # its batch hook reads the trainer's stage and precision
+
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        self.data.trainer = self.trainer  # its hook reads the trainer's stage and precision
         return self.data.on_after_batch_transfer(batch, dataloader_idx)
 
 
@@ -98,12 +99,11 @@ class CsvWriter(BasePredictionWriter):
         header = ["path", "class", "probability"] + [
             f"top{i}_{c}" for i in range(2, k + 1) for c in ("class", "probability")
         ]
-        out, tmp = self.run_dir / "predictions.csv", self.run_dir / ".predictions.csv.tmp"
-        with tmp.open("w", newline="") as f:
+        out = self.run_dir / "predictions.csv"
+        with published(out) as tmp, tmp.open("w", newline="") as f:  # never a half-written predictions.csv
             writer = csv.writer(f)
             writer.writerow(header)
             writer.writerows([str(path), *rows[i]] for i, path in enumerate(paths))
-        os.replace(tmp, out)  # never a half-written predictions.csv
         for rank in range(world_size):
             self.part(rank).unlink(missing_ok=True)
         return out

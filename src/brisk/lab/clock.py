@@ -13,14 +13,9 @@ import time
 import lightning as L
 import torch
 
+from brisk.callbacks.speed import sync
 from brisk.errors import BriskError
 from brisk.lab.memory import PeakMemory
-
-
-def sync(device: torch.device) -> None:
-    """Wait for the device's queued work, so that a clock reading includes it (no-op on CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class CallCount:
