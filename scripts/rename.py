@@ -122,7 +122,8 @@ def plan(root: Path, new: str) -> Plan:
     result = Plan(root, old, new)
     olds, news = spellings(old), spellings(new)
     texts: dict[Path, str] = {}
-    for path in project_files(root):
+    files = project_files(root)  # git ls-files: once
+    for path in files:
         if path.is_symlink():
             continue  # its target is a project file of its own (src/<name>/conf -> conf)
         try:
@@ -147,7 +148,7 @@ def plan(root: Path, new: str) -> Plan:
                 raise RenameError(f"cannot write {path.relative_to(root)} (or its folder)")
             result.contents[path] = (text, changed)
     moves = set()
-    for path in project_files(root):
+    for path in files:
         parts = path.relative_to(root).parts
         for i, part in enumerate(parts):
             renamed = olds[0][0].sub(new, part)
@@ -157,8 +158,6 @@ def plan(root: Path, new: str) -> Plan:
     for _, target in result.moves:
         if target.exists() or target.is_symlink():
             raise RenameError(f"{target.relative_to(root)} already exists: move it away first")
-    if not (root / "src" / old).is_dir():
-        raise RenameError(f"no package folder src/{old}")
     return result
 
 

@@ -26,10 +26,13 @@ from brisk import compat
 class ModelCheckpoint(callbacks.ModelCheckpoint):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        if not compat.saves_on_steps(self):
-            # Lightning's hook saves only on a step or a time trigger (lightning 2.6.6); without one it only
-            # runs its checks. Not callable: Lightning's dispatch skips it (see compat.BATCH_HOOKS).
+        if not self.acts_on_steps():
+            # Not callable: Lightning's dispatch skips it (see compat.BATCH_HOOKS).
             self.on_train_batch_end = None
+
+    def acts_on_steps(self) -> bool:
+        # Lightning's hook saves only on a step or a time trigger (lightning 2.6.6); without one it only runs checks.
+        return compat.saves_on_steps(self)
 
     @cached_property
     def state_key(self) -> str:
@@ -39,15 +42,17 @@ class ModelCheckpoint(callbacks.ModelCheckpoint):
 
 class LastCheckpoint(ModelCheckpoint):
     def __init__(self, *args, every_n_train_steps: int | None = None, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
         if every_n_train_steps is not None and every_n_train_steps < 0:
             raise ValueError(f"every_n_train_steps={every_n_train_steps} must be >= 0")
         self.step_interval = every_n_train_steps or 0
-        if self.step_interval:
-            del self.on_train_batch_end  # the class's hook again: it saves every step_interval steps
+        super().__init__(*args, **kwargs)
+
+    def acts_on_steps(self) -> bool:
+        return bool(self.step_interval) or super().acts_on_steps()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if compat.saves_on_steps(self):  # only its own triggers: without them Lightning's hook only runs checks
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         if (
             not self.step_interval
             or trainer.global_step % self.step_interval

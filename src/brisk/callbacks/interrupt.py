@@ -120,8 +120,7 @@ class SigtermCheckpoint(L.Callback):
             compat.stop_like_sigterm(trainer)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if not _distributed(trainer):
-            return
+        # Only under DDP: outside it setup() leaves this hook uncallable.
         agreed = self._collect()
         flag = torch.tensor([self.signum])
         self._pending = (

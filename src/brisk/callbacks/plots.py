@@ -48,8 +48,9 @@ class RunPlots(L.Callback):
         self._record_epoch(trainer, trainer.current_epoch - 1)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        if not self.lrs or self.lrs[-1][0] != trainer.global_step:
-            self.lrs.append((trainer.global_step, [g["lr"] for o in trainer.optimizers for g in o.param_groups]))
+        step = trainer.global_step
+        if not self.lrs or self.lrs[-1][0] != step:
+            self.lrs.append((step, [g["lr"] for o in trainer.optimizers for g in o.param_groups]))
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._record_epoch(trainer, trainer.current_epoch - 1)  # the epoch counter has already moved on
