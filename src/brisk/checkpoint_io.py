@@ -16,6 +16,7 @@ import os
 import pickle
 import re
 import struct
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,14 @@ def readable(path: str | os.PathLike) -> Iterator[None]:
             f"{path}: not a readable checkpoint: it is truncated or corrupt ({type(e).__name__}). "
             "Resume from another checkpoint in the same folder, or start the run again."
         ) from None
+
+
+def peek(path: str | os.PathLike) -> dict[str, Any]:
+    """A checkpoint's contents, loaded as Lightning will (weights only) but without reading its tensors: torch's
+    zip format, which Lightning writes, is memory-mapped (anything else is read whole). For the checks that only
+    look at its hyperparameters and counters before Lightning loads it for real."""
+    with readable(path):
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
 
 
 class SafeCheckpointIO(TorchCheckpointIO):

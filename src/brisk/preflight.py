@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from brisk.checkpoint_io import readable
+from brisk.checkpoint_io import peek
 from brisk.errors import BriskError
 from brisk.rundir import creatable, nearest_existing
 
@@ -48,9 +47,7 @@ def check(cfg: DictConfig, datamodule: L.LightningDataModule | None, model: Call
 def checkpoint(path: Path) -> None:
     """Load the checkpoint to resume from now, as Lightning will (weights only), without reading its tensors
     (mmap): a crafted or damaged file is refused before the run starts, not inside the fit."""
-    with readable(path):
-        # mmap needs torch's zip format, which Lightning writes; anything else is read whole
-        torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    peek(path)
 
 
 def checkpoint_dirs(cfg: DictConfig) -> dict[str, Path]:

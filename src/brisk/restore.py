@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from brisk.builder import build_model
-from brisk.checkpoint_io import SafeCheckpointIO, readable
+from brisk.checkpoint_io import SafeCheckpointIO, peek
 from brisk.cli import CONFIG_PATH
 from brisk.errors import BriskError
 
@@ -154,8 +153,7 @@ def _override_key(override: str) -> str:
 
 def _from_checkpoint_hparams(cfg: DictConfig, ckpt_path: Path) -> dict[str, Any]:
     """Without a saved run config: the model sections from the checkpoint's hyperparameters (plain values)."""
-    with readable(ckpt_path):
-        hparams = torch.load(ckpt_path, map_location="cpu", weights_only=True).get("hyper_parameters")
+    hparams = peek(ckpt_path).get("hyper_parameters")
     if not isinstance(hparams, dict) or "net" not in hparams:
         raise BriskError(
             f"{ckpt_path}: has no model hyperparameters and its run's .hydra/config.yaml is missing. "

@@ -16,13 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from brisk import restore
-from brisk.checkpoint_io import readable
+from brisk.checkpoint_io import peek
 from brisk.errors import BriskError
 from brisk.models import schedules
 
@@ -142,8 +141,7 @@ def nothing_to_do(cfg: DictConfig, ckpt_path: str | None, run_dir: Path) -> bool
     ckpt = checkpoint_file(ckpt_path, run_dir)
     if ckpt is None or not ckpt.is_file():
         return False  # a fresh run, or a missing file that the config checks report
-    with readable(ckpt):
-        checkpoint = torch.load(ckpt, map_location="cpu", weights_only=True)
+    checkpoint = peek(ckpt)
     compare(cfg, ckpt, checkpoint)
     summary = _finished(cfg, restore.run_dir_of(ckpt), checkpoint)
     if summary is None:
