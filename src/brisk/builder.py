@@ -5,6 +5,8 @@ train, evaluate and bench all go through here, so no instantiation code is writt
 
 from __future__ import annotations
 
+import functools
+
 import lightning as L
 import torch
 from hydra.utils import instantiate
@@ -37,7 +39,10 @@ def build_trainer(
 ) -> L.Trainer:
     checks.validate(cfg)  # before anything is built, loaded or launched
     if rundir.first_process():  # the other ranks of a job share what the first one checked
-        preflight.check(cfg, datamodule, build_model if "model" in cfg else None)
+        model = (
+            functools.partial(build_model, datamodule=datamodule) if "model" in cfg else None
+        )  # its data, not a copy
+        preflight.check(cfg, datamodule, model)
     trainer = _trainer(cfg, extra_callbacks)
     if distributed.needs_launch(trainer):
         # brisk starts this node's other ranks itself (see brisk.distributed for why), then builds the

@@ -50,6 +50,7 @@ def export(cfg: DictConfig) -> dict:
     run_cfg, model, checkpoint = restore.load_run(cfg)
     datamodule = build_datamodule(run_cfg)
     mean, std, source = ox.normalization(checkpoint, datamodule)
+    datamodule.mean, datamodule.std = mean, std  # the run's: setup need not compute them from the train split
     net = ox.Normalized(model.net, mean, std).eval()
     datamodule.prepare_data()
     datamodule.setup("test")

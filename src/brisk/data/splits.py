@@ -26,21 +26,20 @@ def count(value: int | float, total: int, key: str, low: int = 0, high: int | No
     return n
 
 
-def channel_stats(images: torch.Tensor, rows: torch.Tensor | None = None) -> tuple[list[float], list[float]]:
+def channel_stats(images: torch.Tensor) -> tuple[list[float], list[float]]:
     """Per-channel mean and standard deviation on the 0..255 scale, over every pixel of the given images.
 
     Integer sums are exact: 255^2 per pixel leaves int64 room for ~10^13 pixels per channel.
     """
-    rows = torch.arange(len(images)) if rows is None else rows
-    if not len(rows):
+    if not len(images):
         raise BriskError("the training split is empty: there is nothing to compute the channel statistics from.")
     c = images.shape[1]
     s1, s2 = torch.zeros(c, dtype=torch.int64), torch.zeros(c, dtype=torch.int64)
-    for start in range(0, len(rows), CHUNK):
-        x = images.index_select(0, rows[start : start + CHUNK]).transpose(0, 1).reshape(c, -1).long()
+    for start in range(0, len(images), CHUNK):
+        x = images[start : start + CHUNK].transpose(0, 1).reshape(c, -1).long()
         s1 += x.sum(1)
         s2 += (x * x).sum(1)
-    n = len(rows) * images[0, 0].numel()
+    n = len(images) * images[0, 0].numel()
     mean = s1.double() / n
     std = (s2.double() / n - mean * mean).clamp_min(0).sqrt()
     return mean.tolist(), std.tolist()
