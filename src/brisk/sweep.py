@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import fcntl
 import io
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from brisk import compat
+from brisk import compat, rundir
 from brisk.search import sweep_plot
 
 FIELDS = ["job", "status", "metric", "value", "run_dir", "overrides", "error"]
@@ -39,7 +38,9 @@ def outcome(job_return: JobReturn) -> tuple[str, Any, str]:
 
 class SweepSummary(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        if config.hydra.mode != RunMode.MULTIRUN or _other_rank():
+        # Where every rank runs the job (one SLURM task per device, torchrun, a node other than 0), only the
+        # first process records it.
+        if config.hydra.mode != RunMode.MULTIRUN or not rundir.first_process():
             return
         status, value, error = outcome(job_return)
         row = {
@@ -52,12 +53,6 @@ class SweepSummary(Callback):
             "error": error,
         }
         append(Path(config.hydra.sweep.dir) / "sweep_summary.csv", row)
-
-
-def _other_rank() -> bool:
-    """Where every rank runs the job (one SLURM task per device, e.g. hydra/launcher=slurm; torchrun; a node
-    other than 0), only global rank 0 records it."""
-    return any(int(os.environ.get(k, 0)) for k in ("RANK", "SLURM_PROCID", "NODE_RANK"))
 
 
 def append(path: Path, row: dict[str, Any]) -> None:
