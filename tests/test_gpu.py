@@ -58,9 +58,12 @@ def test_quiet_steps_do_not_sync_the_device(brisk_root):
     every = cfg.callbacks.progress_bar.every_n_steps
 
     class Strict(L.Callback):
+        quiet_steps = 0
+
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             quiet = not compat.logs_this_step(trainer) and (batch_idx + 1) % every and batch_idx >= 1
             quiet = quiet and batch_idx + 1 < trainer.num_training_batches
+            Strict.quiet_steps += bool(quiet)
             torch.cuda.set_sync_debug_mode("error" if quiet else "default")
 
         def on_train_epoch_end(self, trainer, pl_module):
@@ -73,3 +76,4 @@ def test_quiet_steps_do_not_sync_the_device(brisk_root):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert trainer.global_step > 0
+    assert Strict.quiet_steps >= 5, "too few quiet steps checked: the test would prove nothing"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -55,6 +57,17 @@ def test_startup_clock_counts_from_the_process_start():
     assert since_import - 0.02 <= age < since_import + 600
     time.sleep(0.1)
     assert 0.08 <= process_age() - age < 5
+
+
+def test_startup_clock_sees_the_time_before_brisk_was_imported():
+    """In a process that waits 0.5 s before importing brisk, the clock counts that wait (a clock started at
+    brisk's import, the fallback without /proc, would not)."""
+    script = (
+        "import time; time.sleep(0.5); import brisk; from brisk.callbacks.startup import process_age; "
+        "print(process_age() - (time.time() - brisk.IMPORTED_AT))"
+    )
+    before_import = float(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).stdout)
+    assert 0.45 <= before_import < 60
 
 
 def test_simple_cnn_learns(trained):
