@@ -52,7 +52,7 @@ def crafted_checkpoint(folder: Path, victim: Path, brisk_root: Path) -> Path:
 
 
 def test_crafted_hparams_are_refused_not_called(victim, tmp_path, brisk_root):
-    # No run config beside it: the model comes from the checkpoint's hyperparameters, which are allowlisted.
+    # No run config beside it: the model comes from the checkpoint's hyperparameters, checked against the registry.
     ckpt = crafted_checkpoint(tmp_path / "loose", victim, brisk_root)
     cfg = compose_cfg([*DATA, *EVAL, f"ckpt_path={ckpt}"], brisk_root, config_name="eval")
     with pytest.raises(BriskError, match=r"refused model\.net\._target_=builtins\.open"):
@@ -95,30 +95,34 @@ def test_a_crafted_run_config_is_refused(victim, finished_run, tmp_path, brisk_r
         "brisk.data.synthetic.write",  # brisk's, but writes files wherever told
         "brisk.models.no_such_thing",
         "torch.optim.SGD.__init__.__globals__",
+        "brisk.models.nets.simple_cnn.SimpleCNN",  # brisk's net, but not by the exact name conf/ gives it
+        "torch.optim.SGD",  # a registered optimizer, but not a net
     ],
 )
-def test_allowlist_refuses(target):
+def test_registry_refuses(target):
     from brisk import restore  # here, so the file also runs against the code before the fix
 
-    with pytest.raises(BriskError, match=f"refused net._target_={target}:"):
-        restore.check_targets({"net": {"_target_": target}}, "a file")
+    with pytest.raises(BriskError, match=f"refused model.net._target_={target}:"):
+        restore.check_targets({"model": {"net": {"_target_": target}}}, "a file")
 
 
-def test_allowlist_admits_the_templates_own_and_what_the_user_names():
+def test_registry_admits_the_templates_own_and_what_the_user_names():
     from brisk import restore  # here, so the file also runs against the code before the fix
 
-    allowed = [
-        "brisk.models.nets.SimpleCNN",  # conf/
-        "brisk.models.nets.airbench.AirbenchNet",  # brisk.models, by its defining module
-        "torch.optim.lr_scheduler.CyclicLR",
-        "lightning.pytorch.callbacks.EarlyStopping",
-        "brisk.data.CIFAR10DataModule",
-    ]
-    restore.check_targets({"x": [{"_target_": t} for t in allowed]}, "a file")
-    mine = {"net": {"_target_": "collections.OrderedDict"}}
+    admitted = {  # conf/'s own, each at its place
+        "model": {"_target_": "brisk.models.ImageClassifier", "net": {"_target_": "brisk.models.nets.AirbenchNet"}},
+        "optimizer": {"_target_": "brisk.models.muon.MuonWithAdamW", "_partial_": True},
+        "scheduler": {"_target_": "torch.optim.lr_scheduler.OneCycleLR", "_partial_": True, "interval": "step"},
+        "data": {"_target_": "brisk.data.CIFAR10DataModule"},
+    }
+    restore.check_targets(admitted, "a file")
+    mine = {"model": {"net": {"_target_": "torch.nn.Identity"}}}
     with pytest.raises(BriskError):
         restore.check_targets(mine, "a file")
-    restore.check_targets(mine, "a file", trusted=OmegaConf.create({"model": mine}))
+    restore.check_targets(mine, "a file", trusted=OmegaConf.create(mine))
+    with pytest.raises(BriskError, match="not a class"):  # the command's config names it, but it is a function
+        functional = {"model": {"net": {"_target_": "torch.nn.functional.relu"}}}
+        restore.check_targets(functional, "a file", trusted=OmegaConf.create(functional))
 
 
 def test_eval_scores_the_data_its_run_trained_on(finished_run, tmp_path, brisk_root):
@@ -193,7 +197,7 @@ DAMAGED = {
     "config_without_model": (_drop_model, "names no model.net"),
     "checkpoint_without_weights": (_no_state_dict, "holds no state_dict"),
     "weights_of_another_net": (_other_weights, "its weights do not fit model.net=brisk.models.nets.SimpleCNN"),
-    "target_from_an_interpolation": (_env_target, "refused model.net._target_=builtins.exec"),
+    "target_from_an_interpolation": (_env_target, "refused model.net._target_=${oc.env:BRISK_EVIL_TARGET"),
 }
 
 

@@ -2,53 +2,42 @@
 
 A checkpoint and a run's saved `.hydra/config.yaml` are data. Neither may decide what is called:
 lightning's `load_from_checkpoint` passes the file's hyperparameters to `__init__`, and brisk's
-classifier instantiates the `net` config it is given, so a crafted checkpoint with
-`hyper_parameters.net = {_target_: builtins.open, ...}` would truncate any file. Here the model is
-built by the builder from a config whose every `_target_` taken from a file is on an allowlist, and
-only the state_dict (tensors, read with weights_only=True) comes from the checkpoint.
+classifier instantiates the `net` config it is given, recursively, so a crafted
+`model.net.x = {_target_: <any function>, ...}` would be called with the file's arguments. Here the
+model is built by the builder from a config in which every `_target_` and Hydra key taken from a file
+is an exact entry of `brisk.registry` for its place, and only the state_dict (tensors, read with
+weights_only=True) comes from the checkpoint.
 
 The config: the trusted one (conf/ + command line), with the sections that say what the run trained
-(data, model, optimizer, scheduler) taken from the run's saved config, then the command line's keys
-in those sections put back, so they still win. Without a saved run config the model comes from the
-checkpoint's hyperparameters (allowlisted too), and the data from the command line, with a warning.
+(data, model, optimizer, scheduler) taken from the run's saved config, except the keys the command
+line sets, which keep the value it composed to. Without a saved run config the model comes from the
+checkpoint's hyperparameters (checked the same way), and the data from the command line, with a warning.
+
+A run's data paths are taken as it recorded them: its data section can only name conf/data/'s DataModules,
+which write nothing but new folders of their own naming (a generated set, a download, an image cache) by
+staging and rename, and remove nothing but their own earlier caches. `data.root=` on the command line wins.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import importlib
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import yaml
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from brisk.builder import build_model
 from brisk.checkpoint_io import SafeCheckpointIO, peek
-from brisk.cli import CONFIG_PATH
 from brisk.errors import BriskError
+from brisk.registry import RUN_SECTIONS, Registry
 
 log = logging.getLogger("brisk")
-
-# What a run's config says about the model and the data it trained on; everything else (trainer,
-# callbacks, logger, paths) is the current command's business.
-RUN_SECTIONS = ("data", "model", "optimizer", "scheduler")
-# A target from a file passes if it is a class or function defined under one of these packages...
-ALLOWED_PACKAGES = (
-    "brisk.models",
-    "brisk.callbacks",
-    "torch.optim",
-    "lightning.pytorch.callbacks",
-    "lightning.pytorch.loggers",
-)
-# ...or if the shipped conf/ tree or the user's own config names it. Not all of `brisk.`: e.g.
-# brisk.data.synthetic.write writes files wherever its arguments say.
 
 
 def run_dir_of(ckpt_path: str | Path) -> Path:
@@ -78,72 +67,10 @@ def run_config(ckpt_path: str | Path) -> DictConfig | None:
     return cfg
 
 
-def targets(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
-    """(key, _target_) for every `_target_` in a nested config, lists included."""
-    if isinstance(node, DictConfig | dict):
-        items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else node.items()
-        for key, value in items:
-            key = f"{where}.{key}" if where else str(key)
-            if str(key).endswith("_target_"):
-                yield key, str(value)
-            else:
-                yield from targets(value, key)
-    elif isinstance(node, ListConfig | list):
-        for i, value in enumerate(node):
-            yield from targets(value, f"{where}[{i}]")
-
-
-@functools.cache
-def shipped_targets() -> frozenset[str]:
-    """Every `_target_` named in the shipped conf/ tree."""
-    found = set()
-    for path in Path(CONFIG_PATH).rglob("*.yaml"):
-        found |= {t for _, t in targets(yaml.safe_load(path.read_text()) or {})}
-    return frozenset(found)
-
-
-def _locate(target: str) -> Any:
-    """The object a dotted path names (the longest importable module, then attributes), or None."""
-    parts = target.split(".")
-    for n in range(len(parts) - 1, 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:n]))
-        except ImportError:
-            continue
-        for name in parts[n:]:
-            obj = getattr(obj, name, None)
-        return obj
-    return None
-
-
-def _in_allowed_package(target: str) -> bool:
-    if not target.startswith(tuple(f"{p}." for p in ALLOWED_PACKAGES)):
-        return False  # nothing is imported for a target outside the packages
-    obj = _locate(target)
-    # The object itself must live there: brisk.models.classifier.torch.save is reachable by that path, but is torch's.
-    module = getattr(obj, "__module__", None) or ""
-    is_code = isinstance(obj, type) or (callable(obj) and hasattr(obj, "__qualname__"))
-    return is_code and any(module == p or module.startswith(f"{p}.") for p in ALLOWED_PACKAGES)
-
-
-def check_targets(node: Any, source: str, trusted: DictConfig | None = None) -> None:
-    """Refuse the first `_target_` in `node` (read from `source`) that is not on the allowlist."""
-    allowed = shipped_targets() | {t for _, t in targets(trusted or {})}
-    for key, target in targets(node):
-        if target not in allowed and not _in_allowed_package(target):
-            raise BriskError(
-                f"{source}: refused {key}={target}: a file may only name brisk's nets, optimizers, schedulers and "
-                "modules or the classes of conf/. Use a checkpoint and run directory written by brisk-train, or "
-                "name the class yourself on the command line if you trust it."
-            )
-
-
-def _section(saved: DictConfig, key: str, source: str) -> Any:
-    """A section of a saved config as plain containers, interpolations resolved within that config."""
-    try:
-        return OmegaConf.to_container(saved[key], resolve=True) if key in saved else None
-    except OmegaConfBaseException as e:
-        raise BriskError(f"{source}: {key} cannot be resolved ({_first_line(e)}).") from None
+def check_targets(content: Any, source: str, trusted: DictConfig | None = None) -> None:
+    """Refuse (BriskError) anything in a file's run sections `content`, read from `source`, that is not an exact
+    entry of the registry for its place; `trusted` is the command's own composed config (brisk.registry)."""
+    Registry.of(trusted).check(content, source)
 
 
 def _override_key(override: str) -> str:
@@ -151,7 +78,17 @@ def _override_key(override: str) -> str:
     return override.partition("=")[0].lstrip("+~").partition("@")[0]
 
 
-def _from_checkpoint_hparams(cfg: DictConfig, ckpt_path: Path) -> dict[str, Any]:
+def _drop(sections: dict[str, Any], key: str) -> None:
+    """Remove a dotted key from plain sections, where it is there: the command line gives it instead."""
+    *parents, leaf = key.split(".")
+    node = sections
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(leaf, None)
+
+
+def _from_checkpoint_hparams(ckpt_path: Path) -> dict[str, Any]:
     """Without a saved run config: the model sections from the checkpoint's hyperparameters (plain values)."""
     hparams = peek(ckpt_path).get("hyper_parameters")
     if not isinstance(hparams, dict) or "net" not in hparams:
@@ -161,21 +98,22 @@ def _from_checkpoint_hparams(cfg: DictConfig, ckpt_path: Path) -> dict[str, Any]
         )
     hparams = dict(hparams)
     optimizer, scheduler = hparams.pop("optimizer", None), hparams.pop("scheduler", None)
-    model = {**OmegaConf.to_container(cfg.get("model") or {}, resolve=True), **hparams}
-    return {"model": model, "optimizer": optimizer, "scheduler": scheduler}
+    return {"model": hparams, "optimizer": optimizer, "scheduler": scheduler}
 
 
 def with_run_config(cfg: DictConfig, ckpt_path: str | Path, overrides: Iterable[str] = ()) -> DictConfig:
     """The trusted `cfg` with what the checkpoint's run trained (data, model, optimizer, scheduler) taken from the
-    run's saved config, every file-given `_target_` allowlisted, and the command-line `overrides` still winning."""
+    run's saved config, checked against the registry, and the command-line `overrides` still winning."""
     ckpt_path = Path(ckpt_path)
     saved = run_config(ckpt_path)
     if saved is not None:
         source = str(run_dir_of(ckpt_path) / ".hydra" / "config.yaml")
-        sections = {key: _section(saved, key, source) for key in RUN_SECTIONS if key in saved}
+        # Unresolved: an interpolation stays a string, which the registry refuses, and no resolver runs.
+        written = OmegaConf.to_container(saved, resolve=False)
+        sections = {key: written[key] for key in RUN_SECTIONS if key in written}
     else:
         source = f"{ckpt_path} (hyper_parameters)"
-        sections = _from_checkpoint_hparams(cfg, ckpt_path)
+        sections = _from_checkpoint_hparams(ckpt_path)
         log.warning(
             "%s not found: the model is rebuilt from the checkpoint's hyperparameters, and the data is data=%s "
             "from this command's config, not necessarily what the run trained on.",
@@ -186,11 +124,22 @@ def with_run_config(cfg: DictConfig, ckpt_path: str | Path, overrides: Iterable[
         raise BriskError(
             f"{source}: names no model.net, so there is no model to rebuild. Use a brisk-train run's files."
         )
+    for override in overrides:
+        _drop(sections, _override_key(override))
     check_targets(sections, source, trusted=cfg)
+    if saved is None and "model" in sections:
+        # The hyperparameters are the classifier's arguments, over this command's model section.
+        sections["model"] = {**OmegaConf.to_container(cfg.get("model") or {}, resolve=True), **sections["model"]}
     merged = copy.deepcopy(cfg)
+    try:
+        with open_dict(merged):
+            for key, value in sections.items():
+                merged[key] = value
+    except OmegaConfBaseException as e:  # a checkpoint's hyperparameters may hold what a config cannot
+        raise BriskError(
+            f"{source}: cannot be used as a config ({_first_line(e)}). Use a brisk-train run's files."
+        ) from None
     with open_dict(merged):
-        for key, value in sections.items():
-            merged[key] = value
         for override in overrides:  # the command line wins, with the value it composed to
             key = _override_key(override)
             parent, _, leaf = key.rpartition(".")
