@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
 import torch
@@ -31,6 +31,7 @@ class ImageFolderDataModule(TensorDataModule):
     root: the folder that holds train/ (and optionally val/ and test/).
     image_size: images are resized (shorter side) and centre-cropped to image_size x image_size.
     skip_bad: leave unreadable or corrupt images out (and say how many) instead of stopping.
+    max_pixels: an image that declares more pixels (width x height) is a bad file, refused before it is decoded.
     cache_dir: where the decoded splits are kept; null: `<root>/.brisk-cache`.
     **common: the keys every dataset shares (`brisk.data.base.TensorDataModule`).
     """
@@ -40,6 +41,7 @@ class ImageFolderDataModule(TensorDataModule):
         root: str | None = None,
         image_size: int = 32,
         skip_bad: bool = False,
+        max_pixels: int = 64_000_000,
         cache_dir: str | None = None,
         **common,
     ) -> None:
@@ -48,7 +50,7 @@ class ImageFolderDataModule(TensorDataModule):
             raise BriskError("data.root is not set: brisk-train data=image_folder data.root=<folder with train/ in it>")
         if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
             raise BriskError(f"data.image_size={image_size} must be a whole number of pixels >= 1, e.g. 32.")
-        self._folders: dict[str, Path | None] = {}
+        self._folders: dict[str, tuple[Path, dict] | None] = {}
         self._loaded: dict[str, tuple[torch.Tensor, torch.Tensor, dict] | None] = {}
 
     @property
@@ -70,6 +72,11 @@ class ImageFolderDataModule(TensorDataModule):
         names = sorted(d.name for d in train.iterdir() if d.is_dir() and not d.name.startswith("."))
         if not names:
             raise BriskError(f"{train}: no class folders. Put the images of each class in train/<class name>/.")
+        if len(names) == 1:  # one logit: the loss is 0 and the accuracy 1 whatever the net does
+            raise BriskError(
+                f"{train}: one class folder ({names[0]}), and a classifier needs two or more. Add a folder of "
+                "images for each other class, e.g. train/other/."
+            )
         return names
 
     @property
@@ -101,8 +108,14 @@ class ImageFolderDataModule(TensorDataModule):
             )
         return files, labels
 
-    def _cache(self, split: str) -> Path | None:
-        """The split's cache folder, decoded now if it is missing or out of date; None if there is no such split.
+    def _entries(self, split: str) -> list[tuple[str, int, int]]:
+        """The split's listing as it is now: compared with the one its cache is decoded from."""
+        listing = self._listing(split)
+        return listing[0] if listing else []
+
+    def _cache(self, split: str) -> tuple[Path, dict] | None:
+        """The split's cache folder and its meta.json, decoded now if missing, out of date or damaged; None if
+        there is no such split.
 
         Once per process: prepare_data and setup run in the same one, and listing a folder is not free."""
         if split not in self._folders:
@@ -113,10 +126,9 @@ class ImageFolderDataModule(TensorDataModule):
             entries, labels = listing
             where = hashlib.sha1(str(self.root.resolve()).encode()).hexdigest()[:6]
             name = f"{self.root.resolve().name}-{where}-{split}"
-            size, skip_bad = self.hparams.image_size, self.hparams.skip_bad
-            files = [path for path, _, _ in entries]
-            cache_key = image_cache.key(entries, size, skip_bad)
-            self._folders[split] = image_cache.build(self.cache_dir, name, cache_key, files, labels, size, skip_bad)
+            source = image_cache.Source(self.root / split, entries, labels, partial(self._entries, split))
+            settings = image_cache.Settings(self.hparams.image_size, self.hparams.skip_bad, self.hparams.max_pixels)
+            self._folders[split] = image_cache.build(self.cache_dir, name, source, settings)
         return self._folders[split]
 
     def prepare_data(self) -> None:
@@ -126,13 +138,13 @@ class ImageFolderDataModule(TensorDataModule):
 
     def _load(self, split: str) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
         if split not in self._loaded:
-            folder = self._cache(split)
-            self._loaded[split] = None if folder is None else image_cache.load(folder)
-            if folder is not None and (skipped := self._loaded[split][2]["skipped"]):
+            cached = self._cache(split)
+            self._loaded[split] = None if cached is None else image_cache.load(*cached)
+            if cached is not None and (skipped := self._loaded[split][2]["skipped"]):
                 log.warning(
                     "data.skip_bad: left out %d unreadable image(s) of %s/, e.g. %s", len(skipped), split, skipped[0]
                 )
-            if split == "val" and folder is not None:
+            if split == "val" and cached is not None:
                 log.info("%s holds the validation images: data.val_size is not used", self.root / "val")
         return self._loaded[split]
 

@@ -27,7 +27,8 @@ def count(value: int | float, total: int, key: str, low: int = 0, high: int | No
 
 
 def channel_stats(images: torch.Tensor) -> tuple[list[float], list[float]]:
-    """Per-channel mean and standard deviation on the 0..255 scale, over every pixel of the given images.
+    """Per-channel mean and standard deviation on the 0..255 scale, over every pixel of the given images
+    (a std of 0 is given as 255).
 
     Integer sums are exact: 255^2 per pixel leaves int64 room for ~10^13 pixels per channel.
     """
@@ -42,6 +43,9 @@ def channel_stats(images: torch.Tensor) -> tuple[list[float], list[float]]:
     n = len(images) * images[0, 0].numel()
     mean = s1.double() / n
     std = (s2.double() / n - mean * mean).clamp_min(0).sqrt()
+    # A channel with one value in every image (all-black pictures, an unused channel) has nothing to scale by:
+    # dividing by its std of 0 would make every input NaN. By 255 instead, any other value stays within [-1, 1].
+    std = torch.where(std > 0, std, torch.full_like(std, 255.0))
     return mean.tolist(), std.tolist()
 
 

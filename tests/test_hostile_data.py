@@ -1,0 +1,350 @@
+"""Hostile and unlucky image folders: the image cache checked like any file brisk reads, decoding bounded
+before it allocates, and the cases nobody tried (a folder that changes while it is decoded, two runs that
+build one cache at once). Real PNG, GIF and WebP files, real caches on a real disk, real processes where
+the process boundary is the point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from brisk.data import image_cache
+from brisk.data.images import scan
+from brisk.errors import BriskError
+from conftest import read_summary, run_dir_of
+from test_bad_data import assert_user_error
+from test_hostile import BASE, brisk_train, restore_logging, tree  # noqa: F401 (restore_logging: a fixture)
+from test_image_folder import folder, module, rgb, write
+
+CLASSES = ("cat", "dog")
+
+
+def declared_png(path: Path, width: int, height: int) -> Path:
+    """A valid PNG header that declares width x height RGB pixels, followed by a few rows of image data."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = zlib.compress(b"\0" * (3 * width + 1) * 4, 9)
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
+    return path
+
+
+def frames(n: int, seed: int) -> list[Image.Image]:
+    return [Image.fromarray(rgb(seed + i)) for i in range(n)]
+
+
+def first_frame(path: Path) -> torch.Tensor:
+    with Image.open(path) as im:
+        return torch.from_numpy(np.array(im.convert("RGB"))).permute(2, 0, 1)
+
+
+def warnings_of(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "brisk" and r.levelno >= logging.WARNING]
+
+
+# --- the cache checked like any file ------------------------------------------------------------------
+
+
+def _meta(edit):
+    def damage(cache: Path) -> None:
+        meta = json.loads((cache / "meta.json").read_text())
+        edit(meta)
+        (cache / "meta.json").write_text(json.dumps(meta))
+
+    return damage
+
+
+def _cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+# case: (damage to the cache folder, what the warning line says)
+DAMAGE = {
+    "truncated": (lambda c: _cut(c / "meta.json"), "meta.json is not valid JSON"),
+    "missing_key": (_meta(lambda m: m.pop("labels")), "meta.json has no 'labels'"),
+    "wrong_type": (_meta(lambda m: m.update(count=str(m["count"]))), "'count' is not a whole number"),
+    "labels_out_of_range": (_meta(lambda m: m["labels"].__setitem__(0, 7)), "'labels' do not match"),
+    "short_label_list": (_meta(lambda m: m["labels"].pop()), "6 files and 5 labels do not agree"),
+    "zero_std": (_meta(lambda m: m.update(std=[0.0, 0.0, 0.0])), "every std above 0"),
+    "nan_mean": (_meta(lambda m: m.update(mean=[math.nan] * 3)), "3 finite numbers"),
+    "data_file_short": (lambda c: os.truncate(c / "images.u8", 100), "images.u8 holds 100 bytes, 18432 expected"),
+    "data_file_missing": (lambda c: (c / "images.u8").unlink(), "images.u8 is missing"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGE)
+def test_a_damaged_cache_is_named_in_one_line_and_decoded_again(case, tmp_path, caplog):
+    damage, reason = DAMAGE[case]
+    folder(tmp_path, per_class=3, classes=CLASSES)
+    fresh = module(tmp_path)
+    images, labels = (t.clone() for t in fresh.read("train"))  # copies: the damage may cut the mapped file
+    mean, std = fresh.mean, fresh.std
+    (cache,) = fresh.cache_dir.iterdir()
+    damage(cache)
+    with caplog.at_level(logging.INFO, logger="brisk"):
+        again = module(tmp_path)
+    (line,) = warnings_of(caplog)
+    assert "the image cache is damaged" in line and reason in line and "\n" not in line
+    assert torch.equal(again.read("train")[0], images) and torch.equal(again.read("train")[1], labels)
+    assert (again.mean, again.std) == (mean, std)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="brisk"):
+        module(tmp_path)
+    assert warnings_of(caplog) == [] and not any("decoded" in r.getMessage() for r in caplog.records)
+    assert [p.name for p in fresh.cache_dir.iterdir()] == [cache.name]  # rebuilt in place, nothing else left
+
+
+def test_a_killed_builds_temporary_folder_is_removed_by_the_next_build(tmp_path):
+    folder(tmp_path, per_class=2, classes=CLASSES)
+    (cache,) = module(tmp_path).cache_dir.iterdir()
+    name = cache.name.rsplit("-", 1)[0]
+    leftover = cache.parent / f".{name}-{'0' * 16}.partial"  # what a SIGKILL during a build leaves
+    leftover.mkdir()
+    (leftover / "images.u8").write_bytes(b"\0" * 4096)
+    unrelated = cache.parent / f".{name}-notes"  # data.cache_dir may hold other things: they stay
+    unrelated.mkdir()
+    write(tmp_path / "train" / "cat" / "new.png", rgb(50))  # a new listing: decoded again
+    module(tmp_path)
+    assert not leftover.exists() and unrelated.is_dir()
+
+
+def test_a_constant_channel_is_centred_not_divided_by_zero(tmp_path):
+    for c, name in enumerate(CLASSES):
+        for i in range(3):
+            image = rgb(10 * c + i)
+            image[..., 2] = 0  # blue is 0 in every image
+            write(tmp_path / "train" / name / f"{i}.png", image)
+    dm = module(tmp_path)
+    assert dm.std[2] == 255.0 and dm.mean[2] == 0.0 and 0 < dm.std[0] < 255
+    x = dm.prepare_batch(dm.read("train")[0], train=False)
+    assert torch.isfinite(x).all() and (x[:, 2] == 0).all()
+
+
+# --- the folder changes while its cache is built -------------------------------------------------------
+
+
+def _rewrite(train: Path) -> None:
+    write(train / "cat" / "0.png", rgb(77, 40, 40))
+
+
+def _remove(train: Path) -> None:
+    (train / "dog" / "1.png").unlink()
+
+
+def _add(train: Path) -> None:
+    write(train / "dog" / "9.png", rgb(78))
+
+
+@pytest.mark.parametrize("change", [_rewrite, _remove, _add], ids=["rewritten", "removed", "added"])
+def test_a_folder_that_changes_while_it_is_decoded_gets_no_cache(change, tmp_path):
+    """The folder changes after it was listed and before its last image is decoded: the cache would hold a
+    state that never existed, keyed by one that no longer does. No cache is published."""
+    folder(tmp_path, per_class=3, classes=CLASSES)
+    train = tmp_path / "train"
+
+    def listing():
+        return scan(train / "cat") + scan(train / "dog")
+
+    entries = listing()
+    labels = [CLASSES.index(Path(p).parent.name) for p, _, _ in entries]
+    change(train)
+    cache_dir = tmp_path / "cache"
+    source = image_cache.Source(train, entries, labels, listing)
+    with pytest.raises(BriskError, match=f"{train}: files there changed while brisk decoded them"):
+        image_cache.build(cache_dir, "t", source, image_cache.Settings(32, False, 64_000_000))
+    assert list(cache_dir.iterdir()) == []
+
+
+# --- bounded decoding ----------------------------------------------------------------------------------
+
+
+def test_multi_frame_files_give_their_first_frame_and_oversized_ones_are_bad_files(tmp_path):
+    folder(tmp_path, per_class=2, classes=CLASSES)
+    gif = tmp_path / "train" / "cat" / "anim.png"  # a GIF under a .png name, as downloads often are
+    first, *rest = frames(3, seed=5)
+    first.save(gif, format="GIF", save_all=True, append_images=rest)
+    webp = tmp_path / "train" / "dog" / "anim.webp"
+    first, *rest = frames(2, seed=9)
+    first.save(webp, format="WEBP", save_all=True, append_images=rest, lossless=True)
+    assert Image.open(gif).n_frames == 3 and Image.open(webp).n_frames == 2
+    large = write(tmp_path / "train" / "dog" / "large.png", rgb(3, 40, 40))  # 1600 pixels
+    with pytest.raises(BriskError, match=f"{large}: declares 40 x 40 pixels, more than data.max_pixels=1500"):
+        module(tmp_path, max_pixels=1500)
+    dm = module(tmp_path, max_pixels=1500, skip_bad=True)
+    assert dm.skipped == {"train": 1}
+    by_name = dict(zip((Path(f).name for f in dm.files("train")), dm.read("train")[0], strict=True))
+    assert torch.equal(by_name["anim.png"], first_frame(gif))
+    assert torch.equal(by_name["anim.webp"], torch.from_numpy(rgb(9)).permute(2, 0, 1))  # lossless: the pixels saved
+
+
+# --- end to end: brisk-train on a damaged cache, and the refusals ---------------------------------------
+
+
+def image_args(root: Path, *extra: str) -> list[str]:
+    return [*BASE, "data=image_folder", f"data.root={root}", "data.batch_size=4", "data.val_size=2", *extra]
+
+
+def test_a_damaged_cache_warns_once_and_the_run_trains(project, capsys, monkeypatch, restore_logging):  # noqa: F811
+    images = project / "images"
+    folder(images, per_class=6, classes=CLASSES)
+    folder(images, per_class=2, classes=CLASSES, split="test", seed=500)
+    (cache,) = module(images).cache_dir.glob("*-train-*")
+    _meta(lambda m: m["labels"].__setitem__(0, 5))(cache)
+    proc = brisk_train(image_args(images), project, capsys, monkeypatch)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    damaged = [line for line in (proc.stdout + proc.stderr).splitlines() if "image cache is damaged" in line]
+    assert len(damaged) == 1 and "'labels' do not match" in damaged[0]
+    summary = read_summary(run_dir_of(proc))
+    assert summary["class_names"] == list(CLASSES) and "test/acc" in summary["metrics"]
+
+
+def _one_class(root: Path):
+    folder(root / "images", per_class=6, classes=("cat",))  # enough to train: batches of 4 after 2 for val
+    return image_args(root / "images"), ("train: one class folder (cat)", "two or more")
+
+
+def _more_than_the_disk(root: Path):
+    """Four images at a size whose cache is larger than the whole disk: refused before anything is written."""
+    folder(root / "images", per_class=2, classes=CLASSES)
+    total = os.statvfs(root).f_blocks * os.statvfs(root).f_frsize
+    size = math.isqrt(total // (3 * 4)) + 1
+    return image_args(root / "images", f"data.image_size={size}"), ("data.cache_dir=", "is free", "bigger disk")
+
+
+def _tmpfs(root: Path) -> Path:
+    """A real filesystem of 1 MB (256 pages), or a skip where this process may not mount one."""
+    cache = root / "small"
+    cache.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(cache)], capture_output=True).returncode:
+        cache.rmdir()
+        pytest.skip("mounting a tmpfs needs root (and a system that allows it)")
+    _mounted.append(cache)
+    return cache
+
+
+def _small_filesystem(root: Path):
+    """A cache of 1.6 MB for a filesystem of 1 MB: refused by the check of its free space."""
+    cache = _tmpfs(root)
+    folder(root / "images", per_class=4, classes=CLASSES)
+    args = image_args(root / "images", f"data.cache_dir={cache}", "data.image_size=256")
+    return args, (f"data.cache_dir={cache}", "needs 1.6 MB, 1.0 MB is free", "bigger disk")
+
+
+def _fills_while_written(root: Path):
+    """Two images of 418 x 418 take 1048344 bytes: the check of the free space passes, the pixels take all 256
+    pages, and meta.json finds the filesystem full."""
+    cache = _tmpfs(root)
+    folder(root / "images", per_class=1, classes=CLASSES)
+    args = image_args(root / "images", f"data.cache_dir={cache}", "data.image_size=418")
+    return args, (f"data.cache_dir={cache}", "the disk filled up while the image cache of", "bigger disk")
+
+
+def _declared_bomb(root: Path):
+    folder(root / "images", per_class=3, classes=CLASSES)
+    bomb = declared_png(root / "images" / "train" / "dog" / "bomb.png", 60000, 60000)  # 1.8 KB, 10.8 GB decoded
+    return image_args(root / "images"), (f"{bomb}: declares more than", "data.max_pixels=64000000", "skip_bad")
+
+
+def _values(*overrides: str, needles: tuple[str, ...]):
+    def make(root: Path):
+        folder(root / "images", per_class=3, classes=CLASSES)
+        return image_args(root / "images", *overrides), needles
+
+    return make
+
+
+_mounted: list[Path] = []
+
+REFUSED = {
+    "one_class": _one_class,
+    "cache_larger_than_the_disk": _more_than_the_disk,
+    "cache_larger_than_a_small_filesystem": _small_filesystem,
+    "filesystem_full_while_the_cache_is_written": _fills_while_written,
+    "image_declares_60000x60000": _declared_bomb,
+    "max_pixels_zero": _values("data.max_pixels=0", needles=("data.max_pixels=0", ">= 1")),
+    "skip_bad_not_bool": _values("data.skip_bad=maybe", needles=("data.skip_bad='maybe'", "true or false")),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_refused_with_one_line(case, project, capsys, monkeypatch, restore_logging):  # noqa: F811
+    try:
+        args, needles = REFUSED[case](project)
+        before = tree(project)
+        proc = brisk_train(args, project, capsys, monkeypatch)
+        after = tree(project)
+    finally:
+        while _mounted:
+            subprocess.run(["umount", str(_mounted.pop())], check=True)
+    assert_user_error(proc, *needles)
+    after.pop("images/.brisk-cache", None)  # an empty folder may stay; anything in it would be listed here
+    assert after == before, "a refused run left a cache, a temporary folder or a run directory behind"
+
+
+# --- two runs build one cache at once -----------------------------------------------------------------
+
+CHILD = """
+import hashlib, logging, sys, time
+from pathlib import Path
+from brisk.data import ImageFolderDataModule
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+root, go = sys.argv[1], Path(sys.argv[2])
+Path(sys.argv[3]).touch()
+while not go.exists():
+    time.sleep(0.002)
+dm = ImageFolderDataModule(root=root, val_size=0, batch_size=4)
+dm.prepare_data()
+dm.setup("fit")
+images, labels = dm.read("train")
+print(hashlib.sha256(images.numpy().tobytes() + bytes(labels.tolist())).hexdigest())
+"""
+
+
+def test_two_runs_that_build_one_cache_at_once_decode_it_once(tmp_path, caplog):
+    """A real second process (an flock is per open file, across processes) and this one start building the same
+    cache at the same moment: one decodes, the other waits and uses what it made."""
+    for c, name in enumerate(CLASSES):
+        for i in range(150):  # ~0.2 s to decode: long enough for the two builds to overlap
+            write(tmp_path / "images" / "train" / name / f"{i}.png", rgb(1000 * c + i, 48, 48))
+    go, ready = tmp_path / "go", tmp_path / "ready"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path / "images"), str(go), str(ready)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():  # imported, and waiting for the word
+            assert child.poll() is None and time.monotonic() < deadline, child.communicate()[1][-2000:]
+            time.sleep(0.01)
+        go.touch()
+        with caplog.at_level(logging.INFO, logger="brisk"):
+            images, labels = module(tmp_path / "images").read("train")
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 0, err[-2000:]
+    assert out.strip() == hashlib.sha256(images.numpy().tobytes() + bytes(labels.tolist())).hexdigest()
+    here = sum("images decoded at" in r.getMessage() for r in caplog.records)
+    assert sorted([here, err.count("images decoded at")]) == [0, 1], err[-2000:]
+    assert [p.name.startswith(".") for p in (tmp_path / "images" / ".brisk-cache").iterdir()] == [False]
