@@ -1,4 +1,4 @@
-"""brisk-train on data that is not CIFAR-10: an image folder, and a dataset added by the README's recipe.
+"""brisk-train on data that is not CIFAR-10: an image folder, and a dataset added by the recipe in docs/data.md.
 
 Both run brisk-train's own entry point in this process (Hydra, the builder, fit, test, summary.json).
 """
@@ -67,18 +67,18 @@ def test_image_folder_trains_without_a_test_folder(tmp_path, monkeypatch):
     assert all(80 < m < 100 for m in summary["normalization"]["mean"]), summary["normalization"]
 
 
-def _readme_block(section: str, language: str) -> str:
-    text = (ROOT / "README.md").read_text()
+def _docs_block(section: str, language: str) -> str:
+    text = (ROOT / "docs" / "data.md").read_text()
     body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     return re.search(rf"```{language}\n(.*?)```", body, re.S).group(1)
 
 
-def test_adding_a_dataset_as_the_readme_says(tmp_path, monkeypatch):
-    """The README's "Adding a dataset" recipe, literally: its module and its YAML, and the command it shows."""
+def test_adding_a_dataset_as_the_docs_say(tmp_path, monkeypatch):
+    """The "Adding a dataset" recipe of docs/data.md, literally: its module and its YAML, and the command it shows."""
     conf = tmp_path / "conf"
     (conf / "data").mkdir(parents=True)
-    (tmp_path / "npz_data.py").write_text(_readme_block("Adding a dataset", "python"))
-    (conf / "data" / "npz.yaml").write_text(_readme_block("Adding a dataset", "yaml"))
+    (tmp_path / "npz_data.py").write_text(_docs_block("Adding a dataset", "python"))
+    (conf / "data" / "npz.yaml").write_text(_docs_block("Adding a dataset", "yaml"))
     rng = np.random.default_rng(1)
     for split, n in [("train", 40), ("test", 10)]:
         y = rng.integers(0, 4, n)
@@ -86,7 +86,7 @@ def test_adding_a_dataset_as_the_readme_says(tmp_path, monkeypatch):
         np.savez(tmp_path / f"{split}.npz", x=x, y=y)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("BRISK_ROOT", str(tmp_path))
-    command = _readme_block("Adding a dataset", "bash").strip().splitlines()[-1].split()
+    command = _docs_block("Adding a dataset", "bash").strip().splitlines()[-1].split()
     assert command[:3] == ["PYTHONPATH=.", "brisk-train", "data=npz"]  # run from the folder that holds npz_data.py
     args = [a.replace("$PWD", str(tmp_path)).replace("<folder>", str(tmp_path)) for a in command[2:]]
     summary = brisk_train([*args, "data.batch_size=10", "data.val_size=10"], tmp_path / "run", monkeypatch)

@@ -3,7 +3,7 @@
 With a BatchNorm-free net, no augmentation and a fixed seed, a global batch gives the same
 gradient however it is split: across ranks (DDP averages the ranks' mean gradients) or across
 micro-batches (Lightning divides each micro-batch loss by the accumulation factor). BatchNorm
-breaks this on purpose: its statistics are per rank and per micro-batch (see the README).
+breaks this on purpose: its statistics are per rank and per micro-batch (see docs/distributed.md).
 """
 
 from __future__ import annotations
