@@ -4,7 +4,7 @@
 #   scripts/gpu_bench.sh [OUT] [more brisk-bench overrides...]
 #
 # OUT defaults to logs/gpu_bench/<date>_<time>. It sets up .venv if brisk or matplotlib is missing,
-# then runs `brisk-bench preset=gpu` (src/brisk/lab/conf/preset/gpu.yaml) on generated data of CIFAR-10's shapes:
+# then runs `brisk-bench preset=gpu` (src/brisk_lab/conf/preset/gpu.yaml) on generated data of CIFAR-10's shapes:
 # the input pipeline, brisk vs a plain loop, airbench's net at batch 1024 in fp16/bf16 next to the
 # ~154k images/s of airbench94, and the lever sweep. With several GPUs it adds 1 vs all GPUs.
 # The lab stops at LIMIT seconds (default 420); bench.json is rewritten after each part, so what
@@ -17,7 +17,11 @@ shift || true
 LIMIT=${LIMIT:-420}
 PY=${PY:-python3}
 
-if ! .venv/bin/python -c "import brisk.bench, matplotlib" 2>/dev/null; then
+if [ ! -d src/brisk_lab ]; then
+    echo "gpu_bench: this project has no speed lab (src/brisk_lab); nothing to run." >&2
+    exit 2
+fi
+if ! .venv/bin/python -c "import brisk_lab.bench, matplotlib" 2>/dev/null; then
     [ -x .venv/bin/python ] || "$PY" -m venv .venv
     .venv/bin/pip install -q --upgrade pip
     .venv/bin/pip install -q -e '.[plots]'
@@ -33,10 +37,10 @@ mkdir -p "$OUT"
 
 ARGS=(preset=gpu "hydra.run.dir=$OUT")
 if [ "$GPUS" -gt 1 ]; then
-    # 1 GPU vs all of them: the devices lever with this machine's count (conf/bench.yaml has 1 vs 2).
+    # 1 GPU vs all of them: the devices lever with this machine's count (src/brisk_lab/conf/bench.yaml has 1 vs 2).
     RUN=$(.venv/bin/python - <<'PY'
 from hydra import compose, initialize_config_dir
-from brisk.cli import CONFIG_PATH
+from brisk_lab.bench import CONFIG_PATH
 with initialize_config_dir(config_dir=CONFIG_PATH, version_base="1.3"):
     print(",".join(compose(config_name="bench", overrides=["preset=gpu"]).bench.run))
 PY
@@ -46,7 +50,8 @@ PY
 fi
 
 status=0
-timeout --signal=INT --kill-after=30 "$LIMIT" .venv/bin/brisk-bench "${ARGS[@]}" "$@" || status=$?
+# python -m: the lab of this checkout, even where .venv's console scripts are out of date.
+timeout --signal=INT --kill-after=30 "$LIMIT" .venv/bin/python -m brisk_lab.bench "${ARGS[@]}" "$@" || status=$?
 if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
     echo "gpu_bench: stopped at LIMIT=${LIMIT}s; $OUT/bench.json holds the parts that finished." >&2
 elif [ "$status" -ne 0 ]; then

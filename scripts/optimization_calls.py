@@ -2,7 +2,7 @@
 
 What manual optimization would save of Lightning's own loop (README, "Cost per step, by component"):
     OMP_NUM_THREADS=1 python scripts/optimization_calls.py
-A count, not a clock: it reads the same on every run (brisk.lab.clock.CallCount).
+A count, not a clock: it reads the same on every run (brisk_lab.clock.CallCount).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from brisk.lab.clock import StepClock
+from brisk_lab.clock import StepClock
 
 
 class Automatic(L.LightningModule):

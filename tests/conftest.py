@@ -78,20 +78,29 @@ def project(tmp_path, brisk_root) -> Path:
     assert processes_of(tmp_path) == [], "processes left running after the test"
 
 
-def compose_cfg(overrides: list[str], root: Path, config_name: str = "train"):
+def compose_cfg(overrides: list[str], root: Path, config_name: str = "train", config_dir: str = CONFIG_PATH):
     """The config brisk-train would see, with the hydra-runtime paths pinned to `root`."""
-    with initialize_config_dir(config_dir=CONFIG_PATH, version_base="1.3"):
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
         cfg = compose(config_name=config_name, overrides=quote_group_options([f"paths.root_dir={root}", *overrides]))
     with open_dict(cfg):
         cfg.paths.output_dir = str(root / "out")
     return cfg
 
 
-def run_cli(module: str, overrides: list[str], root: Path, timeout: float = 240, check: bool = True, env=None, **kw):
-    """Run `python -m brisk.<module> overrides...` with the project root at `root` (and `env` over os.environ)."""
+def run_cli(
+    module: str,
+    overrides: list[str],
+    root: Path,
+    timeout: float = 240,
+    check: bool = True,
+    env=None,
+    package="brisk",
+    **kw,
+):
+    """Run `python -m <package>.<module> overrides...` with the project root at `root` (and `env` over os.environ)."""
     env = {**(env or os.environ), "BRISK_ROOT": str(root), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", f"brisk.{module}", *overrides],
+        [sys.executable, "-m", f"{package}.{module}", *overrides],
         cwd=root,
         env=env,
         capture_output=True,
@@ -101,7 +110,7 @@ def run_cli(module: str, overrides: list[str], root: Path, timeout: float = 240,
     )
     if check and proc.returncode != 0:
         raise AssertionError(
-            f"brisk.{module} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+            f"{package}.{module} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
         )
     return proc
 

@@ -6,6 +6,7 @@ loss, the clock counts only the measured steps, the memory reading sees an alloc
 CLI writes bench.json, bench.md and a PNG per part.
 """
 
+# ruff: noqa: E402
 from __future__ import annotations
 
 import json
@@ -13,19 +14,29 @@ import sys
 import time
 
 import pytest
+
+# The lab is removable (tests/test_lab_boundary.py): without it these tests skip, so its imports come after.
+pytest.importorskip("brisk_lab")
+
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from brisk.data import augment as aug
 from brisk.errors import BriskError
-from brisk.lab import levers, pipeline
-from brisk.lab.clock import Window
-from brisk.lab.fit import DataCache, measure_fit
-from brisk.lab.memory import PeakMemory
-from brisk.lab.plain import plain_loop
-from brisk.lab.run import plan
+from brisk_lab import breakdown, levers, pipeline, report
+from brisk_lab.bench import CONFIG_PATH
+from brisk_lab.clock import Window
+from brisk_lab.fit import DataCache, measure_fit
+from brisk_lab.memory import PeakMemory
+from brisk_lab.plain import plain_loop
+from brisk_lab.run import plan
 from conftest import TINY, compose_cfg, run_cli, run_dir_of
+
+
+def compose_bench(overrides: list[str], root) -> DictConfig:
+    """The config brisk-bench would see: its own conf/, which reaches brisk-train's through the search path."""
+    return compose_cfg(overrides, root, config_name="bench", config_dir=CONFIG_PATH)
 
 
 def _windows(padded: torch.Tensor, size: int) -> list[torch.Tensor]:
@@ -102,7 +113,7 @@ def test_peak_memory_sees_an_allocation_and_forgets_it_after_reset():
 
 @pytest.fixture(scope="module")
 def tiny_bench(brisk_root):
-    cfg = compose_cfg([*TINY, "callbacks.progress_bar=null"], brisk_root, config_name="bench")
+    cfg = compose_bench([*TINY, "callbacks.progress_bar=null"], brisk_root)
     return cfg
 
 
@@ -118,17 +129,33 @@ def test_plain_loop_and_brisk_fit_reach_the_same_loss(tiny_bench):
 
 def test_breakdown_counts_what_each_component_adds(brisk_root):
     """The breakdown part end to end, small: every row timed and counted, and the report says what brisk adds."""
-    from brisk.lab import breakdown, report
-
-    overrides = list(compose_cfg([], brisk_root, config_name="bench").bench.breakdown.overrides)
+    overrides = list(compose_bench([], brisk_root).bench.breakdown.overrides)
     tiny = [o for o in TINY if not o.startswith("model.net.")]  # the breakdown's NilNet takes no width
-    cfg = compose_cfg([*tiny, *overrides], brisk_root, config_name="bench")
+    cfg = compose_bench([*tiny, *overrides], brisk_root)
     b = breakdown.compare(cfg, warmup=1, steps=3, rounds=1, data=DataCache())
     calls = [r["extra_calls_per_step"] for r in b["rows"]]
     assert len(calls) == len(breakdown.ROWS) and b["plain_calls_per_step"] > 0
     assert calls[0] > 500, "bare Lightning's loop makes hundreds of calls a step more than the plain loop"
     assert b["default_calls_over_bare_lightning"] == calls[-1] - calls[0] > 0
     assert f"adds {calls[-1] - calls[0]:.0f} calls per step" in report.breakdown(b)
+
+
+def test_breakdown_rows_add_one_component_each(brisk_root):
+    """The lab's breakdown builds each row from brisk-train's default callbacks: the last row is exactly them."""
+    bench = compose_bench([], brisk_root).bench
+    cfg = compose_bench(list(bench.breakdown.overrides), brisk_root)  # as brisk-bench plans it
+    default = compose_cfg([], brisk_root)
+    assert cfg.model.net._target_ == "brisk_lab.nets.NilNet"  # nil compute: the rows show the framework's cost
+    kept = []
+    for _, _, _, keep, logger in breakdown.ROWS:
+        row = breakdown.row_config(cfg, keep, logger)
+        kept.append((set(row.callbacks), bool(row.logger), row.trainer.enable_progress_bar))
+    assert kept[0] == (set(), False, False)
+    assert kept[3] == ({"progress_bar"}, False, True)
+    # the full default, although the lab's other fits leave the checkpoint callbacks out
+    assert kept[-1] == (set(default.callbacks), True, True) and cfg.callbacks.model_checkpoint is None
+    assert row.callbacks == default.callbacks
+    assert [len(k[0]) for k in kept] == sorted(len(k[0]) for k in kept)
 
 
 def test_plain_loop_refuses_what_it_cannot_replicate(tiny_bench):
@@ -159,14 +186,14 @@ def test_every_lever_value_of_every_preset_composes(preset, brisk_root):
     """A typo in a preset's overrides would only show when that lever runs; compose them all here."""
     tiny = [o for o in TINY if not o.startswith("model.net")]  # the model lever changes the net
     base = [*tiny, f"preset={preset}"] if preset else tiny
-    bench = compose_cfg(base, brisk_root, config_name="bench").bench
+    bench = compose_bench(base, brisk_root).bench
     assert set(bench.run) <= {"pipeline", "overhead", "breakdown", "fit", *bench.levers}
     for name, spec in bench.levers.items():
         for label, overrides in levers.settings(name, spec):
-            cfg = compose_cfg([*base, *overrides], brisk_root, config_name="bench")
+            cfg = compose_bench([*base, *overrides], brisk_root)
             assert label and cfg.data.batch_size > 0, f"{name}={label}"
     for model in bench.overhead.models:
-        compose_cfg([*base, f"model={model}", *bench.overhead.overrides], brisk_root, config_name="bench")
+        compose_bench([*base, f"model={model}", *bench.overhead.overrides], brisk_root)
 
 
 def test_cli_writes_json_table_and_plots(brisk_root):
@@ -185,7 +212,7 @@ def test_cli_writes_json_table_and_plots(brisk_root):
         "bench.levers.batch_size.values=[50,100]",
         child,
     ]
-    proc = run_cli("bench", args, brisk_root)
+    proc = run_cli("bench", args, brisk_root, package="brisk_lab")  # python -m brisk_lab.bench
     run_dir = run_dir_of(proc)
     result = json.loads((run_dir / "bench.json").read_text())
     parts = result["parts"]

@@ -34,9 +34,9 @@ def declared() -> dict[str, Requirement]:
 
 
 def imported_modules() -> dict[str, str]:
-    """Top-level modules that the package's code imports -> one file that does."""
+    """Top-level modules that the code under src/ (brisk, the lab, the sweeper plugin) imports -> one file that does."""
     found = {}
-    for path in sorted((ROOT / "src" / PACKAGE).rglob("*.py")):
+    for path in sorted((ROOT / "src").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -46,7 +46,8 @@ def imported_modules() -> dict[str, str]:
                 continue
             for name in names:
                 found.setdefault(name.split(".")[0], str(path.relative_to(ROOT)))
-    return {m: f for m, f in found.items() if m not in sys.stdlib_module_names and m not in (PACKAGE, "__main__")}
+    own = {p.name for p in (ROOT / "src").iterdir()}
+    return {m: f for m, f in found.items() if m not in sys.stdlib_module_names and m not in {*own, "__main__"}}
 
 
 def test_every_imported_package_is_declared():
@@ -85,7 +86,8 @@ def test_wheel_installed_elsewhere_trains_with_a_config_dir_of_its_own(tmp_path,
         files = set(z.namelist())
         metadata = z.read(next(f for f in files if f.endswith(".dist-info/METADATA"))).decode()
     assert {f"{PACKAGE}/conf/train.yaml", f"{PACKAGE}/conf/data/synthetic.yaml"} <= files
-    assert f"{PACKAGE}/lab/conf/preset/quick.yaml" in files
+    configs = {str(p.relative_to(source / "src")) for p in (source / "src").glob("*/conf/**/*.yaml")}  # the lab's too
+    assert f"{PACKAGE}/conf/train.yaml" in configs and configs <= files
     assert "License-Expression: MIT" in metadata
 
     python = borrowing_venv(tmp_path / "venv")

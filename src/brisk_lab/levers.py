@@ -11,12 +11,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig
 
-from brisk.builder import build_datamodule
-from brisk.errors import BriskError
-from brisk.lab.compose import compose_with, run_child
-from brisk.lab.cost import net_cost
-from brisk.lab.fit import DataCache, measure_fit
-from brisk.lab.stats import in_turn, median
+from brisk import BriskError, build_datamodule
+from brisk_lab.compose import compose_with, run_child
+from brisk_lab.cost import net_cost
+from brisk_lab.fit import DataCache, measure_fit
+from brisk_lab.stats import in_turn, median
 
 NUMBERS = ("images_per_sec", "batch_s", "epoch_s", "peak_mb", "added_mb", "first_step_s", "fixed_s")
 

@@ -18,10 +18,10 @@ import lightning as L
 import torch.nn.functional as F
 from omegaconf import DictConfig, open_dict
 
-from brisk.builder import always_on, build_datamodule, build_model, build_trainer
-from brisk.lab.fit import DataCache, timed_fit, with_clock
-from brisk.lab.plain import plain_loop
-from brisk.lab.stats import in_turn, median, spread
+from brisk import always_on, build_datamodule, build_model, build_trainer
+from brisk_lab.fit import DataCache, timed_fit, with_clock
+from brisk_lab.plain import plain_loop
+from brisk_lab.stats import in_turn, median, spread
 
 CALL_STEPS = 50  # steps whose function calls are counted, after the warm-up
 

@@ -8,8 +8,8 @@ import time
 import lightning as L
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from brisk.builder import build
-from brisk.lab.clock import StepClock
+from brisk import build
+from brisk_lab.clock import StepClock
 
 
 class DataCache:

@@ -16,12 +16,10 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from brisk import summary
-from brisk.builder import resolve_precision
-from brisk.errors import BriskError
-from brisk.lab import breakdown, levers, overhead, pipeline, plots, report
-from brisk.lab.compose import compose_with, task_overrides
-from brisk.lab.fit import DataCache, measure_fit
+from brisk import BriskError, hardware, resolve_precision, write_json
+from brisk_lab import breakdown, levers, overhead, pipeline, plots, report
+from brisk_lab.compose import compose_with, task_overrides
+from brisk_lab.fit import DataCache, measure_fit
 
 log = logging.getLogger("brisk")
 PARTS = ("pipeline", "overhead", "breakdown", "fit")
@@ -79,7 +77,7 @@ def _part(part: str, planned: Any, bench: DictConfig, run_dir: Path, data: DataC
 
 
 def machine() -> dict:
-    info = summary.hardware()
+    info = hardware()
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
         info["cpu"] = names[0] if names else info["cpu"]
@@ -143,7 +141,7 @@ def draw(name: str, result: dict, run_dir: Path) -> None:
 
 def write(results: dict, run_dir: Path) -> str:
     """bench.json and bench.md, rewritten after every part: a stopped lab keeps what it measured."""
-    summary.write(run_dir / "bench.json", results)
+    write_json(run_dir / "bench.json", results)
     text = markdown(results)
     (run_dir / "bench.md").write_text(text)
     return text

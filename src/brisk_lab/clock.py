@@ -13,9 +13,8 @@ import time
 import lightning as L
 import torch
 
-from brisk.callbacks.speed import sync
-from brisk.errors import BriskError
-from brisk.lab.memory import PeakMemory
+from brisk import BriskError, sync
+from brisk_lab.memory import PeakMemory
 
 
 class CallCount:

@@ -17,11 +17,10 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
-from brisk.builder import build_datamodule
-from brisk.errors import BriskError
-from brisk.lab.clock import sync
-from brisk.lab.plain import device_of
-from brisk.lab.stats import in_turn, median, paired_ratio, spread
+from brisk import BriskError, build_datamodule
+from brisk_lab.clock import sync
+from brisk_lab.plain import device_of
+from brisk_lab.stats import in_turn, median, paired_ratio, spread
 
 
 class ClassicCIFAR(Dataset):

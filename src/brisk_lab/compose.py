@@ -13,8 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from brisk.cli import quote_group_options
-from brisk.errors import BriskError
+from brisk import BriskError, quote_group_options
 
 
 def task_overrides() -> list[str]:
@@ -45,7 +44,7 @@ def run_child(extra: list[str], run_dir: Path, warmup: int, steps: int, timeout_
     command = [
         sys.executable,
         "-m",
-        "brisk.bench",
+        "brisk_lab.bench",
         *task_overrides(),
         *quote_group_options(extra),
         "bench.run=[fit]",

@@ -6,9 +6,9 @@ import math
 
 from omegaconf import DictConfig
 
-from brisk.lab.fit import DataCache, measure_fit
-from brisk.lab.plain import plain_loop
-from brisk.lab.stats import in_turn, median, paired_ratio, spread
+from brisk_lab.fit import DataCache, measure_fit
+from brisk_lab.plain import plain_loop
+from brisk_lab.stats import in_turn, median, paired_ratio, spread
 
 
 def compare(cfg: DictConfig, warmup: int, steps: int, rounds: int, data: DataCache) -> dict:

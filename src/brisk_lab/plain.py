@@ -15,10 +15,9 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
-from brisk.builder import build_datamodule, build_model, resolve_precision
-from brisk.errors import BriskError
-from brisk.lab.clock import Window
-from brisk.lab.memory import PeakMemory
+from brisk import BriskError, build_datamodule, build_model, resolve_precision
+from brisk_lab.clock import Window
+from brisk_lab.memory import PeakMemory
 
 
 def device_of(cfg: DictConfig) -> torch.device:
