@@ -164,7 +164,7 @@ class Registry:
         if name == trusted:
             raise _refused(
                 f"{refused}: this command's config names it there too, but it is not a class, and a file may "
-                f"only name classes. Give {place}._target_={name} on the command line if you trust it."
+                f"only name classes. Give ++{place}._target_={name} on the command line if you trust it."
             )
         names = sorted(own | ({trusted} if trusted else set()))
         places = ", ".join(sorted(shipped().targets))
@@ -175,5 +175,5 @@ class Registry:
         )
         raise _refused(
             f"{refused}: {where}. {FIX}, or, if you trust that class, name it yourself on the command line "
-            f"({place}._target_=...)."
+            f"(++{place}._target_=...)."
         )
