@@ -32,16 +32,22 @@ $(VENV)/.plots: $(BIN)/brisk-train
 	$(BIN)/pip install -q -e '.[plots]'
 	@touch $@
 
+# brisk-bench comes with the speed lab: a project that removed the lab has no such script.
 bench: $(VENV)/.plots  ## the speed lab: tables and plots in logs/bench/ (ARGS=preset=quick: under 3 minutes)
+	@test -x $(BIN)/brisk-bench || { echo "make bench: this project has no speed lab (brisk-bench is not installed)" >&2; exit 2; }
 	$(BIN)/brisk-bench $(ARGS)
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests scripts
 	$(BIN)/ruff format --check src tests scripts
 
+# NAME reaches the script verbatim, through the environment: in the recipe's text make would expand $(...) in it
+# and the shell would run its quotes, `;` and backquotes; after `--` a name such as --help is still the name. A
+# refused name stops make here, with the status of the script.
 # The installed package keeps the old name: uninstall it so the next make installs the new one.
+rename: override export NAME := $(value NAME)
 rename:  ## make the clone your own project: make rename NAME=<new_name>
-	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY)) scripts/rename.py "$(NAME)"
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY)) scripts/rename.py -- "$$NAME"
 	@if [ -x $(BIN)/pip ]; then $(BIN)/pip uninstall -q -y brisk; rm -f $(VENV)/.dev $(VENV)/.plots; fi
 
 clean:

@@ -65,7 +65,9 @@ def spellings(name: str) -> list[tuple[re.Pattern, str]]:
 
 
 def current_name(root: Path) -> str:
-    packages = [p.parent.name for p in (root / "src").glob("*/__init__.py")]
+    found = [p.parent.name for p in (root / "src").glob("*/__init__.py")]
+    # Packages built on the project are named after it (the lab: src/<name>_lab) and renamed with it.
+    packages = [name for name in found if not any(name.startswith(f"{other}_") for other in found)]
     if len(packages) != 1:
         raise RenameError(f"expected one package folder in {root / 'src'}, found {packages or 'none'}")
     return packages[0]

@@ -82,6 +82,39 @@ def peek(path: str | os.PathLike) -> dict[str, Any]:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
 
 
+# What Lightning's fit(ckpt_path=...) reads to resume (lightning 2.6.6 fails on a missing one with a KeyError).
+RESUME_KEYS = (
+    "pytorch-lightning_version",
+    "state_dict",
+    "optimizer_states",
+    "lr_schedulers",
+    "loops",
+    "epoch",
+    "global_step",
+)
+
+
+def resumable(checkpoint: Any, path: str | os.PathLike, ckpt_path: str) -> None:
+    """Raise BriskError unless `checkpoint` (read from `path`, which `ckpt_path` named) is a Lightning checkpoint
+    a run can resume from."""
+    missing = [k for k in RESUME_KEYS if k not in checkpoint] if isinstance(checkpoint, dict) else RESUME_KEYS
+    if not missing:
+        return
+    if not isinstance(checkpoint, dict):
+        held = f"a {type(checkpoint).__name__}"
+    elif checkpoint and all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+        held = f"only {len(checkpoint)} tensors, as a model's state_dict does"
+    else:
+        held = f"no {', '.join(missing)}"
+    where = "" if str(ckpt_path) == str(path) else f" ({path})"
+    raise BriskError(
+        f"ckpt_path={ckpt_path}{where}: not a Lightning checkpoint to resume from: it holds {held}. A brisk checkpoint "
+        "holds the model's state_dict, the optimizer and LR scheduler states, the loop counters (epoch, global_step, "
+        "loops) and the Lightning version: resume from one brisk-train wrote (<run>/checkpoints/last.ckpt), or "
+        "start a new run without ckpt_path."
+    )
+
+
 class SafeCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None or fsspec.utils.get_protocol(str(path)) != "file":

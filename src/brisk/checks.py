@@ -15,6 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from brisk import compat
 from brisk.errors import BriskError
+from brisk.models.classifier import check_optimizer
 
 # ckpt_path values that Lightning resolves itself rather than reading as a file name.
 CKPT_KEYWORDS = ("last", "hpc")
@@ -33,6 +34,8 @@ VALUES = {
     "trainer.limit_val_batches": (NUM, lambda v: v >= 0, ">= 0", (None,)),
     "data.val_size": (NUM, lambda v: v >= 0, ">= 0", ()),  # a number of images or a share (image_folder: 0.1)
     "data.split_seed": (INT, lambda v: v >= 0, ">= 0", ()),
+    "data.skip_bad": (BOOL, None, "", ()),
+    "data.max_pixels": (INT, lambda v: v >= 1, ">= 1", ()),  # image_folder: width x height above it is a bad file
     "data.augment.crop_pad": (INT, lambda v: 0 <= v <= 32, "in 0..32", ()),
     "data.augment.cutout_size": (INT, lambda v: 0 <= v <= 32, "in 0..32", ()),
     "data.augment.flip": (BOOL, None, "", ()),
@@ -45,9 +48,35 @@ VALUES = {
     "model.compile": (BOOL, None, "", ()),
     "model.net.width": (INT, lambda v: v >= 1, ">= 1", ()),
     "optimizer.momentum": (NUM, lambda v: 0 <= v <= 1, "in [0, 1]", ()),
-    "optimizer.weight_decay": (NUM, lambda v: v >= 0, ">= 0", ()),
     "scheduler.pct_start": (NUM, lambda v: 0 < v < 1, "in (0, 1)", ()),
     "callbacks.last_checkpoint.every_n_train_steps": (INT, lambda v: v >= 0, ">= 0", (None,)),
+}
+# The counts and sizes the other entry points add, under the same rules; each checks VALUES and its own table
+# first thing, before a checkpoint is read. A 0 there fails only at the end, deep in a library: a DataLoader,
+# onnxruntime's calibration, statistics.median of no timings, the LR finder's schedule (ZeroDivisionError).
+PREDICT = {
+    "top_k": (INT, lambda v: v >= 1, ">= 1", ()),
+    "batch_size": (INT, lambda v: v >= 1, ">= 1", ()),
+}
+EXPORT = {
+    "export.tolerance": (NUM, lambda v: v >= 0, ">= 0", ()),
+    "export.calibration_batches": (INT, lambda v: v >= 1, ">= 1", ()),
+    "export.reduce_range": (BOOL, None, "", ()),
+    "export.bench_batch": (INT, lambda v: v >= 1, ">= 1", ()),
+    "export.bench_runs": (INT, lambda v: v >= 1, ">= 1", ()),
+    "export.threads": (INT, lambda v: v >= 1, ">= 1", (None,)),
+}
+# Tuner.lr_find's and Tuner.scale_batch_size's arguments (lightning 2.6.6), whichever tune=lr|batch_size sets.
+TUNE = {
+    "tune.min_lr": (NUM, lambda v: v > 0, "> 0", ()),
+    "tune.max_lr": (NUM, lambda v: v > 0, "> 0", ()),
+    "tune.num_training": (INT, lambda v: v >= 1, ">= 1", ()),
+    "tune.early_stop_threshold": (NUM, lambda v: v > 0, "> 0", (None,)),
+    "tune.init_val": (INT, lambda v: v >= 1, ">= 1", ()),
+    "tune.max_trials": (INT, lambda v: v >= 1, ">= 1", ()),
+    "tune.steps_per_trial": (INT, lambda v: v >= 1, ">= 1", ()),
+    "tune.max_val": (INT, lambda v: v >= 1, ">= 1", ()),
+    "tune.margin": (NUM, lambda v: 0 <= v < 1, "in [0, 1)", ()),
 }
 
 
@@ -60,6 +89,7 @@ def validate(cfg: DictConfig) -> None:
         accumulation(trainer.accumulate_grad_batches, cfg.get("callbacks"))
     if cfg.get("optimizer") is not None:
         learning_rate(cfg.optimizer)
+        check_optimizer(cfg.optimizer)
     hardware(trainer)
     world = device_count(trainer) * num_nodes(trainer)
     batch_split(cfg.data, world)
@@ -68,9 +98,10 @@ def validate(cfg: DictConfig) -> None:
         last_checkpoint(cfg)
 
 
-def values(cfg: DictConfig) -> None:
-    """Types and ranges of the keys in VALUES: a wrong one would crash deep in a library, or run wrong."""
-    for key, (kind, test, wanted, allowed) in VALUES.items():
+def values(cfg: DictConfig, *tables: dict) -> None:
+    """Types and ranges of the keys in VALUES, then in each of `tables` (PREDICT, EXPORT, TUNE): a wrong one would
+    crash deep in a library, or run wrong."""
+    for key, (kind, test, wanted, allowed) in (row for table in (VALUES, *tables) for row in table.items()):
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is _ABSENT or (value in allowed and not isinstance(value, bool)):
             continue

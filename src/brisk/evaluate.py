@@ -8,7 +8,7 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from brisk import restore
+from brisk import checks, restore
 from brisk import summary as run_summary
 from brisk.builder import build_datamodule, build_trainer
 from brisk.cli import entry_point
@@ -17,6 +17,7 @@ from brisk.cli import entry_point
 def evaluate(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, float]:
     """`overrides`: the command line's, which win over the run's saved config."""
     ckpt = Path(cfg.ckpt_path)
+    checks.values(cfg)  # seed and trainer.* by brisk-train's rules, before anything is read
     L.seed_everything(cfg.seed, workers=True)
     # What the run trained on (its .hydra/config.yaml), before the config checks see the data section.
     cfg = restore.with_run_config(cfg, ckpt, overrides)

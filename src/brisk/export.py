@@ -15,7 +15,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from brisk import restore
+from brisk import checks, restore
 from brisk import summary as run_summary
 from brisk.builder import build_datamodule
 from brisk.cli import entry_point
@@ -25,6 +25,9 @@ FORMATS, QUANTIZE = ("onnx",), (None, "int8")
 
 
 def _check_request(cfg: DictConfig) -> None:
+    checks.values(cfg, checks.EXPORT)  # a bad count would fail only after the export, in onnxruntime or the timing
+    if "data" in cfg:  # +data.batch_size=... on the command line: the one process's batches
+        checks.batch_split(cfg.data, 1)
     if cfg.format not in FORMATS:
         raise BriskError(f"format={cfg.format} is not supported. Use format=onnx.")
     if cfg.quantize not in QUANTIZE:

@@ -9,6 +9,7 @@ by the run's own DataModule, with the statistics its checkpoint holds.
 from __future__ import annotations
 
 import csv
+import errno
 import glob
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader, TensorDataset
 
-from brisk import restore
+from brisk import checks, restore
 from brisk.builder import build_datamodule, build_trainer
 from brisk.cli import entry_point
 from brisk.data.images import EXTENSIONS, list_images, prepare_images
@@ -28,21 +29,58 @@ from brisk.onnx_export import normalization, published
 
 
 def find_inputs(inputs: str) -> list[Path]:
-    """The image files `inputs` names: a folder (recursively), one file, or a glob; sorted by path."""
+    """The image files `inputs` names: a folder (recursively), one file, or a glob; sorted by path.
+
+    A symbolic link back into its own folder is refused, named: listing a folder through it ends in ELOOP, and a
+    `**` glob follows it 40 levels deep, the same images again on each."""
+    if not inputs.strip():  # Path("") is the current folder: everything below it would be predicted
+        raise BriskError("inputs is empty. Give a folder, an image file or a glob, e.g. inputs=images/.")
     path = Path(inputs)
-    if path.is_dir():
-        found = list_images(path)
-    elif path.is_file():
-        found = [path]
-    else:
-        found = sorted(Path(p) for p in glob.glob(inputs, recursive=True) if p.lower().endswith(EXTENSIONS))
-        found = [p for p in found if p.is_file()]
+    try:
+        if path.is_dir():
+            found = list_images(path)
+        elif path.is_file():
+            found = [path]
+        else:
+            found = sorted(Path(p) for p in glob.glob(inputs, recursive=True) if p.lower().endswith(EXTENSIONS))
+            found = [p for p in found if p.is_file()]
+    except OSError as e:
+        link = looping_link(Path(e.filename or inputs)) if e.errno == errno.ELOOP else None
+        message = _loop(inputs, link) if link else f"inputs={inputs}: cannot read {e.filename} ({e.strerror})."
+        raise BriskError(message) from None
+    if link := next(filter(None, map(looping_link, sorted({p.parent for p in found}))), None):
+        raise BriskError(_loop(inputs, link))
     if not found:
         raise BriskError(
             f"inputs={inputs}: no image files there. Give a folder, an image file or a glob "
             f"of {', '.join(EXTENSIONS)} files."
         )
     return found
+
+
+def _loop(inputs: str, link: Path) -> str:
+    return (
+        f"inputs={inputs}: {link} is a symbolic link back into its own folder (or to itself), so the images below "
+        "it would be listed without end. Remove the link, or point inputs at the images without it."
+    )
+
+
+def looping_link(path: Path) -> Path | None:
+    """The first symbolic link on `path` that points to itself or to a folder above it, or None."""
+    for part in [*reversed(path.parents), path]:
+        if not part.is_symlink():
+            continue
+        try:
+            target = part.resolve(strict=True)
+        except RuntimeError:  # Python 3.11's "Symlink loop" (3.13 raises OSError ELOOP)
+            return part
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return part
+            continue  # a link to nothing: not a loop
+        if part.parent.resolve().is_relative_to(target):
+            return part
+    return None
 
 
 class Inputs(L.LightningDataModule):
@@ -110,14 +148,15 @@ class CsvWriter(BasePredictionWriter):
 
 
 def predict(cfg: DictConfig) -> Path:
-    if cfg.top_k < 1:
-        raise BriskError(f"top_k={cfg.top_k}: must be 1 or more.")
+    # seed and trainer.* by brisk-train's rules, then predict's own; devices, with the run's data, in build_trainer
+    checks.values(cfg, checks.PREDICT)
     L.seed_everything(cfg.seed, workers=True)
     paths = find_inputs(str(cfg.inputs))
     run_cfg, model, checkpoint = restore.load_run(cfg)
     data = build_datamodule(run_cfg)
     data.mean, data.std, _ = normalization(checkpoint, data)
-    images = prepare_images(paths, data.image_size)  # a file it cannot read stops it here, named
+    # a file it cannot read, or one over the run's data.max_pixels, stops it here, named
+    images = prepare_images(paths, data.image_size, data.hparams.get("max_pixels"))
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     writer = CsvWriter(run_dir, list(model.hparams.class_names), cfg.top_k)
     trainer = build_trainer(run_cfg, extra_callbacks=[writer])

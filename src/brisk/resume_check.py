@@ -21,7 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from brisk import restore
-from brisk.checkpoint_io import peek
+from brisk.checkpoint_io import peek, resumable
 from brisk.errors import BriskError
 from brisk.models import schedules
 
@@ -142,6 +142,7 @@ def nothing_to_do(cfg: DictConfig, ckpt_path: str | None, run_dir: Path) -> bool
     if ckpt is None or not ckpt.is_file():
         return False  # a fresh run, or a missing file that the config checks report
     checkpoint = peek(ckpt)
+    resumable(checkpoint, ckpt, ckpt_path)  # the checks below and Lightning's restore read its keys
     compare(cfg, ckpt, checkpoint)
     summary = _finished(cfg, restore.run_dir_of(ckpt), checkpoint)
     if summary is None:

@@ -8,6 +8,7 @@ distributed strategies, and LR finding under DDP would only repeat the same sear
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
@@ -25,6 +26,11 @@ from brisk.errors import BriskError
 
 log = logging.getLogger("brisk")
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
+# tune.method -> the modes Lightning's finder takes (its own checks are an assert and a ValueError mid-run).
+MODES = {"lr_find": ("exponential", "linear"), "scale_batch_size": ("power", "binsearch")}
+# The finders' arguments that brisk passes itself: the model, its data, the stage, where the value goes.
+SET_BY_BRISK = {"self", "model", "datamodule", "method", "update_attr", "attr_name", "batch_arg_name"}
+SET_BY_BRISK |= {"train_dataloaders", "val_dataloaders", "dataloaders"}
 
 
 def refuse_distributed(cfg: DictConfig) -> None:
@@ -44,7 +50,33 @@ def refuse_distributed(cfg: DictConfig) -> None:
         )
 
 
+def check_args(cfg: DictConfig) -> None:
+    """The finder's arguments, before anything is built: Lightning takes a 0 or an unknown mode and fails mid-search
+    (ZeroDivisionError, an assert), or with a TypeError for a key it does not take."""
+    checks.validate(cfg)  # brisk-train's keys first: seed_everything raises on a seed out of range
+    checks.values(cfg, checks.TUNE)
+    method = cfg.tune.get("method")
+    if method not in MODES:
+        raise BriskError(f"tune.method={method} is unknown: use tune=lr or tune=batch_size.")
+    params = inspect.signature(getattr(Tuner, method)).parameters
+    taken = set(params) - SET_BY_BRISK
+    if unknown := sorted(set(cfg.tune) - taken - {"method"}):
+        raise BriskError(
+            f"tune.{unknown[0]} is not an argument of Lightning's Tuner.{method}. Drop it; the finder takes: "
+            f"{', '.join(f'tune.{k}' for k in sorted(taken))}."
+        )
+    args = {k: params[k].default for k in taken} | {k: cfg.tune[k] for k in taken if k in cfg.tune}
+    if args["mode"] not in MODES[method]:
+        raise BriskError(f"tune.mode={args['mode']} is unknown for Tuner.{method}: use {' or '.join(MODES[method])}.")
+    if method == "lr_find" and not args["min_lr"] < args["max_lr"]:
+        raise BriskError(
+            f"tune.min_lr={args['min_lr']} must be below tune.max_lr={args['max_lr']}: the finder raises the LR "
+            "from the one to the other."
+        )
+
+
 def tune(cfg: DictConfig) -> None:
+    check_args(cfg)
     refuse_distributed(cfg)
     L.seed_everything(cfg.seed, workers=True)
     args = OmegaConf.to_container(cfg.tune, resolve=True)
@@ -65,7 +97,7 @@ def tune(cfg: DictConfig) -> None:
             )
         result["plot"] = _plot(finder, run_dir / "lr_find.png")
         line = f"optimizer.lr={lr:.3g}"
-    elif method == "scale_batch_size":
+    else:  # scale_batch_size (check_args refused any other)
         # A batch larger than the training split yields no batches, which Lightning's power scaling counts as a
         # success, and its max_val stops it on a size it never tried (lightning 2.6.6: 2048 "fits" 1500 images).
         # So the doublings stop at the split's size (in whole batches, from the loader's length).
@@ -77,8 +109,6 @@ def tune(cfg: DictConfig) -> None:
         # Lightning finds data.batch_size in the DataModule's hparams (lightning_getattr) and sets it there.
         size = tuner.scale_batch_size(model, datamodule=datamodule, batch_arg_name="batch_size", **args)
         line = f"data.batch_size={size}"
-    else:
-        raise BriskError(f"tune.method={method} is unknown: use tune=lr or tune=batch_size.")
     result["override"] = line
     (run_dir / "tune.json").write_text(json.dumps(result, indent=2) + "\n")
     print(line, flush=True)
