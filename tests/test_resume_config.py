@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from brisk.containers import plain
 from brisk.errors import BriskError
 from brisk.models import schedules
-from conftest import FINISHED, compose_cfg, main_in_process
+from conftest import FINISHED, compose_cfg, main_in_process, read_summary
 
 REFUSED = {
     # overrides on top of the finished run's: what the one error line must say
@@ -71,6 +71,39 @@ def test_an_epoch_schedule_resumes_for_more_epochs_and_says_what_changed(finishe
 
     assert not resume_check.nothing_to_do(cfg, str(run / "checkpoints" / "last.ckpt"), tmp_path / "new")
     assert "trainer.max_epochs: 1 -> 3" in caplog.text and "data.batch_size: 100 -> 50" in caplog.text
+
+
+def _with_step_schedule(finished_run: Path, run: Path) -> None:
+    """A copy of the finished run, saved with an epoch-based schedule, so it can be resumed for more epochs."""
+    shutil.copytree(finished_run / "checkpoints", run / "checkpoints")
+    shutil.copytree(finished_run / ".hydra", run / ".hydra")
+    saved = OmegaConf.load(run / ".hydra" / "config.yaml")
+    saved.scheduler = OmegaConf.load(Path(__file__).parents[1] / "conf" / "scheduler" / "step.yaml")
+    OmegaConf.save(saved, run / ".hydra" / "config.yaml")
+
+
+def test_a_resume_may_move_to_another_precision_and_says_so(finished_run, tmp_path, brisk_root):
+    """A real resume into bf16-true (16-bit weights and optimizer state) trains on and names the change."""
+    run = tmp_path / "run"
+    _with_step_schedule(finished_run, run)
+    before = read_summary(finished_run)["global_step"]
+    args = [*FINISHED, "scheduler=step", "trainer.max_epochs=2", "precision=bf16-true", "ckpt_path=last"]
+    assert main_in_process("train", [*args, f"hydra.run.dir={run}"], brisk_root) == 0
+    assert "trainer.precision: auto -> bf16-true" in (run / "train.log").read_text()  # the run's own log
+    summary = read_summary(run)
+    assert summary["precision"]["effective"] == "bf16-true" and summary["global_step"] == 2 * before
+    assert math.isfinite(summary["metrics"]["test/acc"])
+
+
+def test_a_resume_onto_other_devices_says_so(finished_run, tmp_path, brisk_root, caplog):
+    run = tmp_path / "run"
+    _with_step_schedule(finished_run, run)
+    overrides = ["scheduler=step", "trainer.max_epochs=2", "strategy=ddp", "trainer.devices=2", "trainer.num_nodes=1"]
+    cfg = compose_cfg([*FINISHED, *overrides], brisk_root)
+    from brisk import resume_check
+
+    assert not resume_check.nothing_to_do(cfg, str(run / "checkpoints" / "last.ckpt"), run)
+    assert "trainer.strategy: auto -> ddp" in caplog.text and "trainer.devices: 1 -> 2" in caplog.text
 
 
 def test_a_checkpoint_without_its_run_is_still_checked_against_its_model(finished_run, tmp_path, brisk_root):

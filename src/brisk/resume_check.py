@@ -39,6 +39,9 @@ HORIZON_KEYS = (
     "trainer.accumulate_grad_batches",
     "callbacks.accumulation",
 )
+# How and where it runs: a resume may change them (a run moved to a GPU, to more devices or another precision), and
+# the warning says so, since the numbers of the resumed part come out differently. The global batch stays the same.
+RUNTIME_KEYS = ("trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy", "trainer.precision")
 # data keys that do not change the training batches, so they never count as a change of the run.
 DATA_KEYS_IGNORED = ("eval_batch_size", "channels_last", "download")
 
@@ -109,7 +112,7 @@ def compare(cfg: DictConfig, ckpt: Path, checkpoint: dict) -> None:
             "(scheduler=none, step or exp_decay can be resumed for more epochs.)"
         )
     if other := horizon + _changes(
-        saved, cfg, [k for s in ("model", "optimizer", "scheduler") for k in _keys(saved, cfg, s)]
+        saved, cfg, [*(k for s in ("model", "optimizer", "scheduler") for k in _keys(saved, cfg, s)), *RUNTIME_KEYS]
     ):
         log.warning(
             "resuming with changes since the run: %s. The optimizer and scheduler state, learning rate included, "
