@@ -311,3 +311,11 @@ def test_brisk_eval_of_a_crafted_run_deletes_nothing(genuine, brisk_root, victim
     )
     assert (victim / "thesis.tex").read_text() == "keep me"
     assert not out.exists()  # a refused command leaves no run directory
+
+
+def test_a_bare_tensor_saved_as_a_checkpoint_is_one_line(eval_cfg, tmp_path):
+    """torch's safe loader allows a file that holds a tensor alone: not a mapping, so it names no model."""
+    ckpt = tmp_path / "weights.ckpt"
+    torch.save(torch.zeros(3), ckpt)
+    with pytest.raises(BriskError, match="has no model hyperparameters"):
+        restore.with_run_config(eval_cfg, ckpt)

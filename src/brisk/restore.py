@@ -90,7 +90,8 @@ def _drop(sections: dict[str, Any], key: str) -> None:
 
 def _from_checkpoint_hparams(ckpt_path: Path) -> dict[str, Any]:
     """Without a saved run config: the model sections from the checkpoint's hyperparameters (plain values)."""
-    hparams = peek(ckpt_path).get("hyper_parameters")
+    checkpoint = peek(ckpt_path)  # any object torch's safe loader allows: a bare tensor too
+    hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
     if not isinstance(hparams, dict) or "net" not in hparams:
         raise BriskError(
             f"{ckpt_path}: has no model hyperparameters and its run's .hydra/config.yaml is missing. "
