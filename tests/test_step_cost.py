@@ -1,5 +1,5 @@
 """What brisk does on each training step: no host reads between logging steps, a bar that still moves,
-the step loss still reaching the logger, and the breakdown part of the lab."""
+the step loss still reaching the logger."""
 
 from __future__ import annotations
 
@@ -118,26 +118,6 @@ def test_epoch_train_metrics_are_the_means_of_the_steps(precision, brisk_root):
     metrics = trainer.callback_metrics
     assert float(metrics["train/loss"]) == pytest.approx(sum(losses) / len(losses), rel=1e-5)
     assert float(metrics["train/acc"]) == pytest.approx(float(torch.cat(hits).float().mean()), abs=1e-6)
-
-
-def test_breakdown_rows_add_one_component_each(brisk_root):
-    """The lab's breakdown builds each row from brisk-train's default callbacks: the last row is exactly them."""
-    from brisk.lab import breakdown
-
-    bench = compose_cfg([], brisk_root, config_name="bench").bench
-    cfg = compose_cfg(list(bench.breakdown.overrides), brisk_root, config_name="bench")  # as brisk-bench plans it
-    default = compose_cfg([], brisk_root)
-    assert cfg.model.net._target_ == "brisk.lab.nets.NilNet"  # nil compute: the rows show the framework's cost
-    kept = []
-    for _, _, _, keep, logger in breakdown.ROWS:
-        row = breakdown.row_config(cfg, keep, logger)
-        kept.append((set(row.callbacks), bool(row.logger), row.trainer.enable_progress_bar))
-    assert kept[0] == (set(), False, False)
-    assert kept[3] == ({"progress_bar"}, False, True)
-    # the full default, although the lab's other fits leave the checkpoint callbacks out
-    assert kept[-1] == (set(default.callbacks), True, True) and cfg.callbacks.model_checkpoint is None
-    assert row.callbacks == default.callbacks
-    assert [len(k[0]) for k in kept] == sorted(len(k[0]) for k in kept)
 
 
 def test_fast_callbacks_keep_only_what_resume_needs(brisk_root):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import logging
+import os
 import re
 import signal
 import sys
@@ -13,21 +16,35 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from brisk import distributed, rundir
-from brisk.errors import BriskError
+from brisk import compat, distributed, rundir
+from brisk.errors import BriskError, explain
 
 # brisk/conf links to the repo's top-level conf/ (a source checkout, an editable install); a wheel holds a copy
 # there. Resolved, so a checkout's commands name conf/ itself.
 CONFIG_PATH = str((Path(__file__).resolve().parent / "conf").resolve())
 # ${brisk_run_id:} in conf/hydra/default.yaml: the run directory's name, shared by all ranks of a job.
 OmegaConf.register_new_resolver("brisk_run_id", distributed.run_id, use_cache=True, replace=True)
+
+
+def classifier_default(argument: str):
+    """${classifier_default:<argument>} in conf/train.yaml: ImageClassifier's own default. The YAML lists the
+    classifier's knobs so that `model.weight_decay=...` needs no `+`; the signature is where their values are set,
+    so a Python user gets brisk-train's model."""
+    from brisk.models import ImageClassifier  # here: the CLI module stays light to import
+
+    return inspect.signature(ImageClassifier).parameters[argument].default
+
+
+OmegaConf.register_new_resolver("classifier_default", classifier_default, replace=True)
 log = logging.getLogger("brisk")
 
 
 def user_errors(task):
-    """Turn a BriskError (or running out of memory) into one line on stderr and exit status 2; end the
-    job's ranks either way. The run directory is locked for the task, and removed again if the run was
-    refused before it started and this invocation created it (brisk.rundir)."""
+    """The task's one choke point for user errors: a BriskError, or anything `brisk.errors.explain` knows (what
+    Hydra wrapped from a constructor, a config value that cannot be resolved), or running out of memory, becomes
+    one line on stderr and exit status 2. Ctrl-C becomes "interrupted" and 130. The job's ranks end either way.
+    The run directory is locked for the task, and removed again if this invocation created it and the run
+    stopped before it started (brisk.rundir): refused, interrupted, or ended by a bug, whose traceback stays."""
 
     @functools.wraps(task)
     def wrapper(cfg, *args, **kwargs):
@@ -37,26 +54,39 @@ def user_errors(task):
             result = task(cfg, *args, **kwargs)
             run.start(cfg)  # entry points that do not mark the start themselves are recorded when done
             return result
-        except (BriskError, MemoryError, RuntimeError) as e:
-            error = e if isinstance(e, BriskError) else out_of_memory(e, cfg)
-            if error is None:
+        except KeyboardInterrupt:  # Ctrl-C outside a Trainer stage (inside one, SigtermCheckpoint stops cleanly)
+            interrupted(run)
+        except SystemExit as e:
+            if not compat.stopped_for_ctrl_c(e):
                 raise
-            print(f"brisk: error: {error}", file=sys.stderr, flush=True)
+            interrupted(run)  # inside a stage, before brisk's handler took over: Lightning said exit 1
+        except Exception as e:
+            # unresolved: an override that holds ${...} is text here, and may be the very error
+            overrides = OmegaConf.to_container(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+            error = explain(e, cfg, overrides) or out_of_memory(e, cfg)
             if run is not None:
                 run.refused()
+            if error is None:
+                raise  # a bug: its traceback is the report
+            print(f"brisk: error: {error}", file=sys.stderr, flush=True)
             if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
                 raise error from None  # the sweep records this job as failed and goes on (brisk.sweep.SweepSummary)
             sys.exit(2)
-        except KeyboardInterrupt:  # Ctrl-C outside a Trainer stage (inside one, SigtermCheckpoint stops cleanly)
-            distributed.stop()
-            print("brisk: interrupted", file=sys.stderr, flush=True)
-            sys.exit(128 + signal.SIGINT)
         finally:
             distributed.finish()
             if run is not None:
                 run.close()
 
     return wrapper
+
+
+def interrupted(run: rundir.Run | None = None) -> None:
+    """Ctrl-C outside training: nothing to checkpoint. Stop the ranks this process started, exit 130."""
+    distributed.stop()
+    if run is not None:
+        run.refused()  # a run stopped before it started leaves no directory
+    print("brisk: interrupted by SIGINT outside training; no checkpoint written", file=sys.stderr, flush=True)
+    sys.exit(128 + signal.SIGINT)
 
 
 def out_of_memory(e: BaseException, cfg) -> BriskError | None:
@@ -123,33 +153,72 @@ def unknown_group_option(args: list[str]) -> str | None:
         options = sorted(p.stem for p in group.glob("*.yaml"))
         for name in value.strip("[]").split(","):
             name = name.strip().strip("'\"")
+            if name == "null" and not key.startswith("~"):  # Hydra: a ValueError with a traceback
+                return (
+                    f"{key}=null: a config group takes one of its options, not null. Choose one of: "
+                    f"{', '.join(options)} (files in {group}), or leave {key} out for its default."
+                )
             if name and name != "null" and name not in options:
                 return f"{key}={name}: no such option. Choose one of: {', '.join(options)} (files in {group})."
     return None
 
 
 def hydra_entry(hydra_main):
-    """A console-script entry point around a @hydra.main function, with numeric group options quoted."""
+    """A console-script entry point around a @hydra.main function, with numeric group options quoted: the choke
+    point for what goes wrong outside the task (the command line, composing the config, the run directory's
+    checks), which ends as one `brisk: error:` line and exit status 2. Errors it does not know keep their
+    traceback."""
 
     @functools.wraps(hydra_main)
     def entry() -> None:
-        if error := not_utf8(sys.argv[1:]) or unknown_group_option(sys.argv[1:]):
-            print(f"brisk: error: {error}", file=sys.stderr, flush=True)
-            sys.exit(2)  # Hydra would say it in many lines, with exit status 1
-        sys.argv[1:] = quote_group_options(sys.argv[1:])
-        hydra_main()
+        args = sys.argv[1:]
+        if error := not_utf8(args) or unknown_group_option(args):
+            refuse(error)
+        sys.argv[1:] = quote_group_options(args)
+        try:
+            with hydra_raises():
+                hydra_main()
+        except KeyboardInterrupt:  # while Hydra composes, before any task
+            interrupted()
+        except Exception as e:
+            if (error := explain(e, overrides=args)) is None:
+                raise
+            refuse(error)
 
     return entry
 
 
-def entry_point(config_name: str):
-    """The decorator of every console script: Hydra with conf/<config_name>.yaml, numeric group options quoted,
-    user errors as one line."""
+def refuse(error: object) -> None:
+    print(f"brisk: error: {error}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+@contextlib.contextmanager
+def hydra_raises():
+    """Hydra raises what goes wrong instead of printing it in several lines and exiting 1.
+
+    hydra._internal.utils.run_and_report does that for every error unless HYDRA_FULL_ERROR=1 (its documented
+    switch for a full traceback), which is also the only way to get the exception itself. Put back afterwards:
+    tests run entry points in one process."""
+    before = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = before
+
+
+def entry_point(config_name: str, config_path: str = CONFIG_PATH):
+    """The decorator of every console script: Hydra with <config_path>/<config_name>.yaml (brisk's conf/ unless
+    a package built on brisk names its own), numeric group options quoted, user errors as one line."""
 
     def wrap(task):
         import hydra
 
-        hydra_main = hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name=config_name)
+        hydra_main = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
         # Recorded here, in the process the user started: a DDP job's ranks start this entry point again.
         program = distributed.entry_program(task.__module__)
         return hydra_entry(hydra_main(distributed.started_as(program, user_errors(task))))

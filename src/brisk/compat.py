@@ -8,10 +8,12 @@ rather than deep inside a run.
 
 from __future__ import annotations
 
+import re
 from typing import Any, get_args
 
 import lightning as L
 from hydra.core.utils import JobReturn
+from hydra.errors import ConfigCompositionException, InstantiationException
 from lightning.pytorch.callbacks import ModelCheckpoint, StochasticWeightAveraging, WeightAveraging
 from lightning.pytorch.loops import _FitLoop
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
@@ -85,20 +87,20 @@ BATCH_HOOKS = (
 )
 
 
-def skip_empty_hooks(obj: L.Callback | L.LightningModule, hooks: tuple[str, ...] = BATCH_HOOKS) -> None:
-    """Lightning no longer calls the hooks among `hooks` that `obj` leaves as its base class's empty ones: it
-    skips a hook attribute that is not callable, for callbacks and for the LightningModule alike (trainer/call.py).
-    With brisk's other cuts, this took the default configuration from ~3,150 to ~1,750 function calls per
-    nil-compute step over the plain loop (brisk-bench's breakdown counts them). Only the instance changes;
-    what runs is the same."""
-    base = L.Callback if isinstance(obj, L.Callback) else L.LightningModule
+# The LightningModule's: its evaluation batch hooks stay, Lightning reads their signatures (loops/utilities.py).
+TRAINING_HOOKS = BATCH_HOOKS[:6]
+
+
+def skip_empty_hooks(obj: L.Callback | L.LightningModule) -> None:
+    """Lightning no longer calls the per-batch hooks that `obj` leaves as its base class's empty ones (all of
+    BATCH_HOOKS for a callback, TRAINING_HOOKS for a LightningModule): it skips a hook attribute that is not
+    callable, for callbacks and for the LightningModule alike (trainer/call.py). With brisk's other cuts, this took
+    the default configuration from ~3,150 to ~1,750 function calls per nil-compute step over the plain loop
+    (brisk-bench's breakdown counts them). Only the instance changes; what runs is the same."""
+    base, hooks = (L.Callback, BATCH_HOOKS) if isinstance(obj, L.Callback) else (L.LightningModule, TRAINING_HOOKS)
     for hook in hooks:
         if getattr(type(obj), hook) is getattr(base, hook):
             setattr(obj, hook, None)
-
-
-# The LightningModule's: its evaluation batch hooks stay, Lightning reads their signatures (loops/utilities.py).
-TRAINING_HOOKS = BATCH_HOOKS[:6]
 
 
 def saves_on_steps(callback: ModelCheckpoint) -> bool:
@@ -157,6 +159,40 @@ def stop_like_sigterm(trainer: L.Trainer) -> None:
     brisk sets it itself because Lightning's handler broadcasts from inside the signal handler, which
     hangs DDP when only rank 0 got the signal (see brisk.callbacks.interrupt)."""
     trainer._signal_connector.received_sigterm = True
+
+
+# Hydra's messages: "Error in call to target 'a.b.C':", "Error locating target 'a.b.C', ...", "Error in creating
+# partial(a.b.C, ...) object:", each with a last line "full_key: <key>" when the node has one.
+_HYDRA_TARGET = re.compile(
+    r"Error (?:in call to target '([\w.]+)'|locating target '([\w.]+)'|in creating partial\(([\w.]+),)"
+)
+_HYDRA_FULL_KEY = re.compile(r"^full_key: (\S+)$", re.MULTILINE)
+_HYDRA_AMBIGUOUS = re.compile(r"^Ambiguous value for argument '(.+)'$", re.MULTILINE)
+
+
+def instantiation_site(error: InstantiationException) -> tuple[str | None, str | None]:
+    """(target, full_key) of the call an InstantiationException wraps: the dotted name of the class or function
+    (by its defining module), and the config key of the node where Hydra knows it (not for a node a constructor
+    instantiates itself, such as the classifier's net). Hydra writes both only into the message."""
+    text = str(error)
+    target = _HYDRA_TARGET.match(text)
+    full_key = _HYDRA_FULL_KEY.search(text)
+    return (next(filter(None, target.groups())) if target else None), (full_key[1] if full_key else None)
+
+
+def ambiguous_override(error: ConfigCompositionException) -> str | None:
+    """The override Hydra refused in run mode because a comma made it a sweep (`data.root=/a,b`): the exception
+    carries it only in its message."""
+    found = _HYDRA_AMBIGUOUS.search(str(error))
+    return found[1] if found else None
+
+
+def stopped_for_ctrl_c(exit: SystemExit) -> bool:
+    """Whether this is how Lightning ended a Trainer stage on a KeyboardInterrupt: it runs the callbacks'
+    on_exception, tears down and calls sys.exit(1) inside its `except KeyboardInterrupt` (trainer/call.py), so
+    the interrupt survives only as the SystemExit's context. A Ctrl-C before brisk's SIGINT handler takes over
+    (data setup, a checkpoint being restored) ends there."""
+    return exit.code == 1 and isinstance(exit.__context__, KeyboardInterrupt)
 
 
 # (owner, attribute) for each private name above: what `missing()` checks.

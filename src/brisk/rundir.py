@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 
-from brisk.errors import BriskError
+from brisk.errors import BriskError, explain
 
 RECORD = ".hydra"
 # Run directory -> its nearest folder that existed before Hydra created it (RunDirCallback, run mode).
@@ -51,6 +52,7 @@ def creatable(path: Path, key: str) -> None:
     try:
         if not base.is_dir():
             raise BriskError(f"{key}={path}: {base} is a file, not a folder. Choose another {key}.")
+        _fits(path, base, key)
         # an unnamed temporary file (O_TMPFILE): proves write access and leaves no trace
         with tempfile.TemporaryFile(dir=base):
             pass
@@ -61,27 +63,62 @@ def creatable(path: Path, key: str) -> None:
         ) from None
 
 
+def _fits(path: Path, base: Path, key: str) -> None:
+    """Refuse a folder name or a path longer than the file system of `base` takes (mkdir's ENAMETOOLONG)."""
+    try:
+        name_max, path_max = os.pathconf(base, "PC_NAME_MAX"), os.pathconf(base, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    for part in path.absolute().parts[len(base.absolute().parts) :]:
+        if (size := len(os.fsencode(part))) > name_max:
+            raise BriskError(
+                f"{key}: the folder name {part[:20]}... is {size} bytes long, and the file system of {base} "
+                f"takes at most {name_max}. Choose a shorter {key}."
+            )
+    if (size := len(os.fsencode(str(path.absolute())))) >= path_max:
+        raise BriskError(
+            f"{key}: the path is {size} bytes long, and the file system of {base} takes at most {path_max - 1}. "
+            f"Choose a shorter {key}."
+        )
+
+
+def _given(value: Any, key: str) -> None:
+    if value is None or not str(value).strip():
+        raise BriskError(
+            f"{key} is empty, which would write the run into the current folder. Leave {key} out for a new "
+            f"folder under logs/, or name one: {key}=<folder>."
+        )
+
+
 class RunDirCallback(Callback):
-    """Checks the run or sweep directory before Hydra creates it: Hydra's own failure is a traceback."""
+    """Checks the run or sweep directory before Hydra creates it: Hydra's own failure is a traceback. Hydra turns
+    what a callback raises into a warning and goes on, so a refusal here prints its line and exits itself."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        with read_write(config.hydra.run):
-            # resolve ${brisk_run_id:} once, so the directory checked is the one Hydra creates
-            config.hydra.run.dir = path = str(Path(str(config.hydra.run.dir)).absolute())
+        with _refusing():
+            _given(config.hydra.run.dir, "hydra.run.dir")
+            with read_write(config.hydra.run):
+                # resolve ${brisk_run_id:} once, so the directory checked is the one Hydra creates
+                config.hydra.run.dir = path = str(Path(str(config.hydra.run.dir)).absolute())
+            creatable(Path(path), "hydra.run.dir")
         _existed[path] = nearest_existing(Path(path))
-        _refuse_if_not_creatable(Path(path), "hydra.run.dir")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        with read_write(config.hydra.sweep):
-            config.hydra.sweep.dir = path = str(Path(str(config.hydra.sweep.dir)).absolute())
-        _refuse_if_not_creatable(Path(path), "hydra.sweep.dir")
+        with _refusing():
+            _given(config.hydra.sweep.dir, "hydra.sweep.dir")
+            with read_write(config.hydra.sweep):
+                config.hydra.sweep.dir = path = str(Path(str(config.hydra.sweep.dir)).absolute())
+            creatable(Path(path), "hydra.sweep.dir")
 
 
-def _refuse_if_not_creatable(path: Path, key: str) -> None:
+@contextlib.contextmanager
+def _refusing() -> Iterator[None]:
     try:
-        creatable(path, key)
-    except BriskError as e:  # outside the task, so print it here: Hydra would print a traceback
-        print(f"brisk: error: {e}", file=sys.stderr, flush=True)
+        yield
+    except Exception as e:  # a BriskError, or a ${...} in the directory's name that cannot be resolved
+        if (error := explain(e)) is None:
+            raise
+        print(f"brisk: error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
 
 

@@ -19,6 +19,10 @@ started a batch earlier, long finished by then, so every rank stops one batch af
 same batch. (A blocking all-reduce + .item() per batch cost 0.6-0.8 ms with 2 CPU ranks, and a device
 sync per step on GPUs.) Evaluation batches may differ by one between ranks, so evaluation agrees per epoch.
 Every rank then stops after the same batch, and they save one checkpoint together.
+
+Before a stage's first hook (fit's data setup, a checkpoint being restored) Ctrl-C stays Lightning's
+KeyboardInterrupt, so a slow setup stops at once: the loop has no state to checkpoint yet, and brisk.cli turns
+Lightning's exit 1 into "interrupted" and 130.
 """
 
 from __future__ import annotations

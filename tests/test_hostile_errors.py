@@ -1,0 +1,106 @@
+"""Mistakes that Hydra meets, on the command line, while composing or while building objects: one table, each
+refused with exit status 2 and one `brisk: error:` line naming the key and the fix, no traceback, no run
+directory left behind. The cases run brisk-train's real entry point in this process. A bug still raises (its
+traceback is the report) and leaves no empty run directory; Ctrl-C while fit sets the data up ends as
+"interrupted" with 130 (a real SIGINT to a real process).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from hydra.errors import InstantiationException
+
+from brisk.data import SyntheticDataModule
+from conftest import run_cli
+from test_bad_data import assert_user_error
+from test_hostile import BASE, brisk_train, restore_logging, tree  # noqa: F401 (restore_logging: a fixture)
+from test_signals import _env
+
+LONG_NAME = "x" * 300
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+# case -> (overrides after BASE, with {root} for the project folder; needles of the error line)
+CASES = {
+    # what a constructor raises, wrapped by Hydra
+    "brisk_error_in_a_constructor": (["model.tta=bogus"], ["model.tta=bogus", "flip_translate"]),
+    "unexpected_trainer_argument": (["+trainer.foo=1"], ["trainer.foo", "Trainer", "Remove +trainer.foo=1"]),
+    "argument_with_a_typo": (["+trainer.max_epoch=2"], ["trainer.max_epoch:", "did you mean trainer.max_epochs"]),
+    "unexpected_net_argument": (["+model.net.foo=1"], ["model.net.foo", "SimpleCNN", "Remove +model.net.foo=1"]),
+    "value_refused_by_the_net": (["model.net.dropout=1.5"], ["model.net:", "dropout", "model.net.dropout=1.5"]),
+    "net_removed": (["~model.net"], ["model.net:", "'net'", "Leave out ~model.net"]),
+    "missing_package": (["trainer.accelerator=tpu"], ["trainer:", "torch_xla", "trainer.accelerator=tpu"]),
+    "target_misspelled": (["model.net._target_=brisk.models.nets.Nope"], ["model.net._target_=", "Correct the name"]),
+    "missing_extra": (["logger=wandb"], ["logger.wandb", "pip install -e '.[wandb]'", "logger=wandb"]),
+    # Hydra's override and composition errors
+    "group_set_to_null": (["optimizer=null"], ["optimizer=null", "adamw, muon, sgd"]),
+    "unknown_key": (["trainer.foo=1"], ["trainer.foo=1", "no key trainer.foo", "+trainer.foo=1"]),
+    "unknown_group": (["nogroup=x"], ["nogroup=x", "no key nogroup", "model", "optimizer"]),
+    # with a config folder of the user's own, Hydra itself looks for the option
+    "missing_option_file": (["model=nope", "--config-dir={root}"], ["model=nope", "resnet18, simple_cnn"]),
+    "comma_in_a_path": (["data.root={root}/a,b"], ["data.root={root}/a,b", "data.root='{root}/a,b'"]),
+    "unparsable_override": (["data.root=["], ["data.root=[", "Quote"]),
+    "unset_environment_variable": (["data.root=${{oc.env:BRISK_NOT_SET}}"], ["data.root:", "BRISK_NOT_SET"]),
+    # the run directory
+    "run_dir_name_too_long": ([f"hydra.run.dir={{root}}/logs/{LONG_NAME}"], ["hydra.run.dir", "300 bytes", "255"]),
+    "run_dir_empty": (["hydra.run.dir="], ["hydra.run.dir is empty", "current folder"]),
+}
+NEEDS = {"missing_package": "torch_xla", "missing_extra": "wandb"}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_hostile_config(case, project, capsys, monkeypatch, restore_logging):  # noqa: F811
+    if case in NEEDS and _installed(NEEDS[case]):
+        pytest.skip(f"{NEEDS[case]} is installed here")
+    monkeypatch.delenv("BRISK_NOT_SET", raising=False)
+    overrides, needles = CASES[case]
+    before = tree(project)
+    proc = brisk_train([*BASE, *(o.format(root=project) for o in overrides)], project, capsys, monkeypatch)
+    assert_user_error(proc, *(n.format(root=project) for n in needles))
+    assert tree(project) == before, "a refused run wrote, removed or changed files"
+
+
+class Buggy:
+    """A callback whose constructor has a bug: Hydra wraps its ZeroDivisionError like any other."""
+
+    def __init__(self, steps: int = 0) -> None:
+        self.per_step = 1 / steps
+
+
+def test_a_bug_keeps_its_traceback_and_leaves_no_run_directory(project, capsys, monkeypatch, restore_logging):  # noqa: F811
+    before = tree(project)
+    with pytest.raises(InstantiationException) as raised:
+        brisk_train([*BASE, "+callbacks.bug._target_=test_hostile_errors.Buggy"], project, capsys, monkeypatch)
+    assert isinstance(raised.value.__cause__, ZeroDivisionError)
+    assert "brisk: error:" not in capsys.readouterr().err
+    assert tree(project) == before, "the run directory of a run that never started was left behind"
+
+
+class SigintInSetup(SyntheticDataModule):
+    """Ctrl-C (SIGINT to this process) while Trainer.fit sets the data up, and a setup slow enough to be in it."""
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.trainer is not None and stage == "fit":  # inside fit, not the pre-flight checks' own read
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(60)
+        super().setup(stage)
+
+
+def test_ctrl_c_while_fit_sets_up_the_data_is_interrupted_130(project):
+    run_dir = project / "run"
+    args = [*BASE, "data._target_=test_hostile_errors.SigintInSetup", f"hydra.run.dir={run_dir}"]
+    proc = run_cli("train", args, project, check=False, env=_env(), timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "Detected KeyboardInterrupt" in proc.stdout + proc.stderr, "the signal did not arrive inside Trainer.fit"
+    assert proc.stderr.strip().splitlines()[-1].startswith("brisk: interrupted")
+    assert not list(Path(run_dir).rglob("*.ckpt")), "nothing to checkpoint before the first step"
