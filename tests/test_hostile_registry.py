@@ -281,7 +281,8 @@ def test_the_commands_own_config_registers_classes_only(genuine, brisk_root, tmp
         if admitted:
             assert restore.with_run_config(cfg, ckpt).model.net._target_ == name
         else:
-            with pytest.raises(BriskError, match=rf"not a class.*Give \+\+model\.net\._target_={name} on the command line"):
+            says = rf"not a class.*Give \+\+model\.net\._target_={name} on the command line"
+            with pytest.raises(BriskError, match=says):
                 restore.with_run_config(cfg, ckpt)
         with pytest.raises(BriskError, match=r"refused model\.net\._target_="):  # the same run, without that config
             restore.with_run_config(compose_cfg([*EVAL, "ckpt_path=unused"], brisk_root, "eval"), ckpt)
