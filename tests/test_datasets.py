@@ -96,7 +96,7 @@ def test_adding_a_dataset_as_the_docs_say(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("option", ["cifar10", "synthetic", "image_folder"])
 def test_every_datamodule_argument_is_a_data_key(option, tmp_path):
-    """So `data.<argument>=...` works without a `+` (data.download=false once needed one)."""
+    """So `data.<argument>=...` works without a `+` (data.download=false among them)."""
     cfg = compose_cfg([f"data={option}", "data.download=false" if option == "cifar10" else "data.dedup=true"], tmp_path)
     cls = get_class(cfg.data._target_)
     arguments = {
@@ -110,7 +110,7 @@ def test_every_datamodule_argument_is_a_data_key(option, tmp_path):
 
 
 def test_ranks_draw_their_own_augmentations_and_data_code_leaves_the_rng_alone(tmp_path, monkeypatch):
-    """Issue 9 fault 1: the per-rank reseed and the model's memory format are no DataModule's business."""
+    """The per-rank reseed and the model's memory format are no DataModule's business."""
     images = torch.randint(0, 256, (64, 3, 16, 16), dtype=torch.uint8)
     crops = []
     for rank in ("0", "1"):  # a real Trainer of a 2-process DDP job, as each rank builds it

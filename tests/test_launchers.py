@@ -2,7 +2,7 @@
 
 A job's ranks are started from brisk's own entry point (`python -m brisk.train`), whichever process runs
 the job: under joblib it is a loky worker and under submitit `submitit.core._submit`, whose `__main__`
-would otherwise be started as the rank (issue 13). Real processes and real gloo DDP; the `project`
+would otherwise be started as the rank. Real processes and real gloo DDP; the `project`
 fixture checks that none is left.
 """
 

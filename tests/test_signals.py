@@ -57,7 +57,7 @@ def test_sigterm_to_rank_0_alone_stops_the_whole_ddp_job_with_one_checkpoint(pro
     run_dir, sent = project / "run", project / "sent"
     args = [*ARGS, *DDP, f"hydra.run.dir={run_dir}"]
     with background_train([*args, *signal_at(2, signal.SIGTERM, sent, rank=0)], project, env=_env()) as proc:
-        proc.wait(timeout=180)  # without forwarding and agreement this hangs for good (issue 8)
+        proc.wait(timeout=180)  # without forwarding and agreement this hangs for good
         ended = time.time()
         out, err = proc.output()
         left = processes_of(project)

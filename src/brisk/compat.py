@@ -92,11 +92,12 @@ TRAINING_HOOKS = BATCH_HOOKS[:6]
 
 
 def skip_empty_hooks(obj: L.Callback | L.LightningModule) -> None:
-    """Lightning no longer calls the per-batch hooks that `obj` leaves as its base class's empty ones (all of
+    """Make Lightning skip the per-batch hooks that `obj` leaves as its base class's empty ones (all of
     BATCH_HOOKS for a callback, TRAINING_HOOKS for a LightningModule): it skips a hook attribute that is not
-    callable, for callbacks and for the LightningModule alike (trainer/call.py). With brisk's other cuts, this took
-    the default configuration from ~3,150 to ~1,750 function calls per nil-compute step over the plain loop
-    (brisk-bench's breakdown counts them). Only the instance changes; what runs is the same."""
+    callable, for callbacks and for the LightningModule alike (trainer/call.py). With every empty hook called,
+    the default configuration costs ~3,150 function calls per nil-compute step over the plain loop; with them
+    skipped and brisk's other cuts, ~1,750 (brisk-bench's breakdown counts them). Only the instance changes;
+    what runs is the same."""
     base, hooks = (L.Callback, BATCH_HOOKS) if isinstance(obj, L.Callback) else (L.LightningModule, TRAINING_HOOKS)
     for hook in hooks:
         if getattr(type(obj), hook) is getattr(base, hook):

@@ -74,7 +74,7 @@ def entry_program(module: str) -> list[str]:
     """How a new process starts the entry point in `module`: `-m brisk.train`, or the script's path.
 
     Called when the entry point is defined, in the process the user started: later, a job may run in a
-    launcher's worker (joblib's loky, submitit), where `__main__` is the launcher's own module (issue 13)."""
+    launcher's worker (joblib's loky, submitit), where `__main__` is the launcher's own module."""
     if module != "__main__":
         return ["-m", module]
     spec = getattr(sys.modules["__main__"], "__spec__", None)  # `python -m brisk.train`

@@ -6,7 +6,7 @@ status 0. On its own that loses everything since the last checkpoint and tells t
 succeeded. Its handler also broadcasts from rank 0 inside the signal handler, which hangs a DDP job for
 good when only rank 0 got the signal (`kill <pid>`, `docker stop`): the other ranks take it for their
 per-batch broadcast, and from then on the ranks wait in different collectives (seen: rank 0 in the
-checkpoint's all_gather, rank 1 in a barrier; issue 8). Ctrl-C takes Lightning's KeyboardInterrupt
+checkpoint's all_gather, rank 1 in a barrier). Ctrl-C takes Lightning's KeyboardInterrupt
 path instead, which may stop in the middle of an optimizer step, saves nothing and exits 1.
 
 So while a Trainer stage runs (Lightning has installed its handlers by then and puts the previous ones
