@@ -3,12 +3,14 @@
 Trial N runs as Hydra job number N (its directory is <sweep dir>/N), which is how the trial's own
 process finds its trial (brisk.search.report). A search killed at any point resumes with the same
 command: trials that ended stay as they are, and trials it left running are failed and asked again.
+Several searches may share one study at once; brisk.search.trials tells their trials apart.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,15 +18,19 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from brisk.errors import BriskError
-from brisk.search import results, space
+from brisk.search import results, space, trials
+from brisk.search import storage as storages
 from brisk.search import study as studies
 from brisk.sweep import outcome
 
 log = logging.getLogger("brisk")
+# Seconds between looks at a study whose last trials other searches are running.
+WAIT = 2
 
 
 def search(sweeper, arguments: list[str]) -> list[Any]:
-    """Run `hydra.sweeper.n_trials` trials in the study (counting those a previous run finished)."""
+    """Run `hydra.sweeper.n_trials` trials in the study (counting those a previous run finished, and those
+    other searches of the same study run now)."""
     from optuna.trial import TrialState
 
     # A namespace, not a DictConfig: Hydra has already instantiated a sampler or pruner given with a `_target_`.
@@ -33,25 +39,37 @@ def search(sweeper, arguments: list[str]) -> list[Any]:
         if not isinstance(getattr(settings, key), int) or getattr(settings, key) < 1:
             raise BriskError(f"hydra.sweeper.{key}={getattr(settings, key)} must be a whole number >= 1.")
     sweep_dir = Path(config.hydra.sweep.dir)
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(config, sweep_dir / "multirun.yaml")
     params = OmegaConf.to_container(settings.params, resolve=True) if settings.params is not None else {}
     trial_space = space.parse(params, arguments)
-    url = studies.storage_url(settings.storage, sweep_dir)
-    study = studies.create(settings, url, trial_space.grid)
-    studies.recover(study)
-    before = studies.finished(study)
+    url = storages.url_of(settings.storage, sweep_dir)
+    study, storage = studies.create(settings, url, trial_space.grid)
+    # Every check has passed: only now does the search write its sweep directory (a refused one leaves none).
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(config, sweep_dir / "multirun.yaml")
+    before = trials.finished(study)
     log.info("study %s in %s: %d of %d trials done", settings.study_name, url, before, settings.n_trials)
 
-    returns, failures = [], 0
-    while (left := settings.n_trials - studies.finished(study)) > 0:
-        batch = [study.ask(trial_space.distributions) for _ in range(min(settings.n_jobs, left))]
-        for trial in batch:
-            trial.set_user_attr(studies.OWNER, studies.owner())
-        for trial, ret in _launch(sweeper, trial_space, batch):
-            state = _tell(study, trial.number, ret)
-            returns.append(ret)
-            failures += state == TrialState.FAIL
+    returns, failures, waiting = [], 0, False
+    while True:
+        trials.recover(study)  # between batches too: a search that shares the study may have been killed
+        others = trials.running(study)
+        left = settings.n_trials - trials.finished(study) - others
+        if left <= 0 and others:  # the budget is taken: stay until those trials end, or their search is gone
+            if not waiting:
+                log.info("waiting for %d trials that other searches of this study are running", others)
+            waiting = True
+            time.sleep(WAIT)
+            continue
+        if left <= 0:
+            break
+        waiting = False
+        with trials.quiet():
+            batch = [study.ask(trial_space.distributions) for _ in range(min(settings.n_jobs, left))]
+        with trials.claimed(storage, study, batch):
+            for trial, ret in _launch(sweeper, trial_space, batch):
+                state = _tell(study, trial.number, ret)
+                returns.append(ret)
+                failures += state == TrialState.FAIL
         if failures >= settings.max_failures:
             results.write(study, trial_space, config, url)
             raise BriskError(
@@ -62,7 +80,7 @@ def search(sweeper, arguments: list[str]) -> list[Any]:
         if hasattr(study.sampler, "is_exhausted") and study.sampler.is_exhausted(study):
             log.info("every point of the grid has been tried")
             break
-    if studies.finished(study) == before:
+    if trials.finished(study) == before:
         log.info("nothing to do: raise hydra.sweeper.n_trials (now %d) to search further", settings.n_trials)
     results.write(study, trial_space, config, url)
     return returns
@@ -101,14 +119,15 @@ def _tell(study, number: int, ret):
         status, value, error = outcome(ret)
     if status == "completed" and (not isinstance(value, int | float) or not math.isfinite(value)):
         status, error = "failed", f"the job returned {value!r}, not a number (is optimized_metric logged?)"
+    # skip_if_finished: another search may have failed a trial it took for abandoned; that is no crash here.
     if status == "completed":
-        study.tell(number, float(value))
+        study.tell(number, float(value), skip_if_finished=True)
         log.info("trial %d: %s", number, value)
         return TrialState.COMPLETE
     if status == "pruned":
-        study.tell(number, state=TrialState.PRUNED)
+        study.tell(number, state=TrialState.PRUNED, skip_if_finished=True)
         log.info("trial %d: pruned (%s)", number, error)
         return TrialState.PRUNED
-    study.tell(number, state=TrialState.FAIL)
+    study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
     log.warning("trial %d failed: %s", number, error)
     return TrialState.FAIL

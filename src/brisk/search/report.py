@@ -39,9 +39,9 @@ class Trial:
         hc = HydraConfig.get()
         if hc.mode != RunMode.MULTIRUN or hc.sweeper.get("_target_") != SWEEPER:
             return None
-        from brisk.search.study import storage_url
+        from brisk.search.storage import url_of
 
-        url = storage_url(hc.sweeper.storage, hc.sweep.dir)
+        url = url_of(hc.sweeper.storage, hc.sweep.dir)
         return Trial(hc.job.num, url, hc.sweeper.study_name, plain(hc.sweeper.pruner))
 
     def report(self, value: float, step: int) -> bool:
@@ -49,8 +49,9 @@ class Trial:
         import optuna
 
         from brisk.search import study as studies
+        from brisk.search.storage import open_storage
 
-        storage = studies.open_storage(self.storage)
+        storage = open_storage(self.storage)
         study = optuna.load_study(study_name=self.study_name, storage=storage, pruner=studies.pruner(self.pruner))
         study_id = storage.get_study_id_from_name(self.study_name)
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, self.number)

@@ -70,9 +70,11 @@ def parse(params: dict[str, Any] | None, arguments: list[str]) -> Space:
         key = override.get_key_element()
         by_key.pop(key, None)  # the command line replaces params, and keeps its own order
         by_key[key] = override
+    from_params = {id(o) for o in parsed[: len(params or {})]}
     for key, override in by_key.items():
         if override.is_sweep_override():
-            space.distributions[key] = distribution(key, override.value())
+            shown = f"hydra.sweeper.params.{key}" if id(override) in from_params else key
+            space.distributions[key] = distribution(shown, override.value())
         else:
             space.fixed.append(override.input_line)
     if not space.distributions:
@@ -88,9 +90,19 @@ def distribution(key: str, sweep: Any):
 
     log = "log" in sweep.tags
     if isinstance(sweep, IntervalSweep):
-        if not sweep.start < sweep.end or (log and sweep.start <= 0):
-            raise BriskError(f"{key}: interval({sweep.start}, {sweep.end}) needs start < end (and start > 0 for log).")
-        return FloatDistribution(sweep.start, sweep.end, log=log)
+        start, end = sweep.start, sweep.end
+        if not start < end:
+            raise BriskError(
+                f"{key}=interval({start}, {end}) holds no values: the start must be below the end, "
+                f"e.g. interval({min(start, end)}, {max(start, end) if start != end else 'a larger end'})."
+            )
+        if log and start <= 0:
+            positive = f"e.g. tag(log, interval({end / 1000:g}, {end})), " if end > 0 else "positive bounds, "
+            raise BriskError(
+                f"{key}=tag(log, interval({start}, {end})): a log scale needs start > 0 (the log of {start} "
+                f"is undefined). Use {positive}or drop tag(log, ...)."
+            )
+        return FloatDistribution(start, end, log=log)
     if isinstance(sweep, RangeSweep):
         step = 1 if sweep.step is None else sweep.step
         n = math.ceil((sweep.stop - sweep.start) / step) if step else 0
