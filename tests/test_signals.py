@@ -7,17 +7,19 @@ operating system that is `kill <rank 0 pid>`, and the batch it stops after is kn
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 import brisk
 from background import background_train
-from conftest import TINY, processes_of, read_summary, run_cli
+from conftest import SLURM_ENV, TINY, processes_of, read_summary, run_cli
 
 # 8 optimizer steps per epoch (1200 - 400 images, batches of 100), split over 2 ranks when DDP.
 ARGS = [
@@ -90,3 +92,35 @@ def test_ctrl_c_saves_a_checkpoint_prints_the_hint_and_exits_130(project):
     assert f"brisk: interrupted by SIGINT at global step 3 (epoch 0); saved {last}" in proc.stderr
     assert f"Resume with the same overrides plus ckpt_path=last hydra.run.dir={run_dir}" in proc.stderr
     assert saved_step(run_dir) == 3
+
+
+@pytest.mark.slow  # two real SLURM-like tasks of a DDP job (~30 s on 2 cores)
+def test_slurm_requeue_signal_to_rank_0_alone_saves_on_every_rank_and_trains_on(project):
+    """SIGUSR1 (`#SBATCH --signal=SIGUSR1@90`) that reached only rank 0: Lightning's handler would save from inside
+    the signal handler, and the save's barrier would wait for rank 1 for good. The ranks agree on it, save
+    hpc_ckpt_1.ckpt together after the same batch, and train on (SLURM itself ends a requeued job; here there
+    is no `scontrol`, so the requeue fails with Lightning's warning and the job finishes)."""
+    from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+    run_dir, sent = project / "run", project / "sent"
+    args = [*ARGS, *DDP, f"hydra.run.dir={run_dir}", *signal_at(2, signal.SIGUSR1, sent, rank=0)]
+    task = {**SLURM_ENV, "SLURM_JOB_ID": str(os.getpid()), "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2"}
+    port = str(find_free_network_port())
+    with contextlib.ExitStack() as stack:
+        ranks = [
+            stack.enter_context(
+                background_train(
+                    args, project, env={**_env(), **task, "SLURM_PROCID": r, "SLURM_LOCALID": r, "MASTER_PORT": port}
+                )
+            )
+            for r in ("0", "1")
+        ]
+        for proc in ranks:
+            proc.wait(timeout=240)  # without the agreement rank 0 waits in the save's barrier for good
+        err = ranks[0].output()[1]
+    assert [p.returncode for p in ranks] == [0, 0], err[-3000:]
+    assert sent.exists()
+    # Sent in batch 2 on rank 0; agreed a batch later, after batch 3: global step 4 on both ranks.
+    (hpc,) = run_dir.glob("hpc_ckpt_*.ckpt")
+    assert torch.load(hpc, map_location="cpu", weights_only=True)["global_step"] == 4
+    assert read_summary(run_dir)["global_step"] == 8

@@ -162,6 +162,14 @@ def stop_like_sigterm(trainer: L.Trainer) -> None:
     trainer._signal_connector.received_sigterm = True
 
 
+def slurm_requeue(trainer: L.Trainer, signum: int) -> None:
+    """What Lightning's SLURM handler does on the requeue signal (SIGUSR1): finalize the loggers, save
+    hpc_ckpt_N.ckpt (a collective under DDP: `save_checkpoint` ends in a barrier) and, on rank 0, `scontrol
+    requeue` the job. Lightning runs it inside the signal handler, which hangs DDP when the ranks are not all
+    in it at once; brisk calls it on every rank at a batch end they agreed on (brisk.callbacks.interrupt)."""
+    trainer._signal_connector._slurm_sigusr_handler_fn(signum, None)
+
+
 # Hydra's messages: "Error in call to target 'a.b.C':", "Error locating target 'a.b.C', ...", "Error in creating
 # partial(a.b.C, ...) object:", each with a last line "full_key: <key>" when the node has one.
 _HYDRA_TARGET = re.compile(
@@ -212,6 +220,7 @@ _USED = [
     (L.Trainer, "_checkpoint_connector"),
     (L.Trainer, "_signal_connector"),
     (_SignalConnector, "received_sigterm"),
+    (_SignalConnector, "_slurm_sigusr_handler_fn"),
     (L.Trainer, "_logger_connector"),
     (_LoggerConnector, "should_update_logs"),
     (_FitLoop, "_should_accumulate"),

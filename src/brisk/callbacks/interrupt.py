@@ -20,6 +20,13 @@ same batch. (A blocking all-reduce + .item() per batch cost 0.6-0.8 ms with 2 CP
 sync per step on GPUs.) Evaluation batches may differ by one between ranks, so evaluation agrees per epoch.
 Every rank then stops after the same batch, and they save one checkpoint together.
 
+SLURM's requeue signal (SIGUSR1, `#SBATCH --signal=SIGUSR1@90`) has the same problem under DDP: Lightning's
+handler saves hpc_ckpt_N.ckpt from inside the signal handler, and that save ends in a barrier, so a job whose
+ranks did not all get the signal at the same point waits for good (seen with SIGUSR1 to rank 0 of two). Under
+DDP brisk notes it too, agrees on it in the same per-batch all-reduce, and then runs Lightning's requeue (save
+on every rank, `scontrol requeue` on rank 0) at that batch end; training goes on, as with Lightning's handler,
+until SLURM ends the job. A single process keeps Lightning's handler, which is safe there.
+
 Before a stage's first hook (fit's data setup, a checkpoint being restored) Ctrl-C stays Lightning's
 KeyboardInterrupt, so a slow setup stops at once: the loop has no state to checkpoint yet, and brisk.cli turns
 Lightning's exit 1 into "interrupted" and 130.
@@ -70,7 +77,8 @@ class SigtermCheckpoint(L.Callback):
         self.signum = 0  # the stop signal noted by this process, or agreed by all ranks
         self._trainer: L.Trainer | None = None
         self._group = None  # a CPU process group for the per-batch agreement
-        self._pending: tuple[torch.Tensor, object] | None = None  # (flag, work) of the last batch's all-reduce
+        self.requeue = 0  # the requeue signal noted by this process (only taken under DDP with SLURM's requeue)
+        self._pending: tuple[torch.Tensor, object] | None = None  # (flags, work) of the last batch's all-reduce
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if not _distributed(trainer):
@@ -101,6 +109,10 @@ class SigtermCheckpoint(L.Callback):
         for signum in STOP_SIGNALS:
             if signal.getsignal(signum) != self._on_signal:
                 signal.signal(signum, self._on_signal)
+        env = compat.cluster_environment(trainer)
+        slurm_requeue = isinstance(env, SLURMEnvironment) and env.auto_requeue and _distributed(trainer)
+        if slurm_requeue and signal.getsignal(env.requeue_signal) != self._on_requeue_signal:
+            signal.signal(env.requeue_signal, self._on_requeue_signal)
         if self.signum and not _distributed(trainer):  # noted between two stages
             compat.stop_like_sigterm(trainer)
 
@@ -112,6 +124,9 @@ class SigtermCheckpoint(L.Callback):
         log.info("%s received: stopping after this batch", signal.Signals(signum).name)
         if self._trainer is not None and not _distributed(self._trainer):
             compat.stop_like_sigterm(self._trainer)
+
+    def _on_requeue_signal(self, signum: int, frame) -> None:
+        self.requeue = signum  # acted on at the batch end every rank agrees on (on_train_batch_end)
 
     def _agree(self, trainer: L.Trainer) -> None:
         """Every rank learns the stop signal any of them got (the largest, should two differ)."""
@@ -125,23 +140,29 @@ class SigtermCheckpoint(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         # Only under DDP: outside it setup() leaves this hook uncallable.
-        agreed = self._collect()
-        flag = torch.tensor([self.signum])
+        agreed, requeue = self._collect()
+        if requeue:
+            self.requeue = 0  # agreed: not to be agreed on again
+        flags = torch.tensor([self.signum, self.requeue])
         self._pending = (
-            flag,
-            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=self._group, async_op=True),
+            flags,
+            torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX, group=self._group, async_op=True),
         )
         if agreed:  # Lightning then raises after this batch, on every rank
             self.signum = agreed
             compat.stop_like_sigterm(trainer)
+        elif requeue:  # every rank is here, after the same batch: the save's barrier meets on all of them
+            compat.slurm_requeue(trainer, requeue)
 
-    def _collect(self) -> int:
-        """The signal the previous batch's all-reduce agreed on (0 for none): it finished long ago."""
+    def _collect(self) -> tuple[int, int]:
+        """The stop and requeue signals the previous batch's all-reduce agreed on (0 for none): it finished long
+        ago."""
         if self._pending is None:
-            return 0
-        (flag, work), self._pending = self._pending, None
+            return 0, 0
+        (flags, work), self._pending = self._pending, None
         work.wait()
-        return int(flag.item())  # a CPU tensor: no device sync
+        stop, requeue = flags.tolist()  # a CPU tensor: no device sync
+        return stop, requeue
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._collect()  # every rank has one outstanding: end it before the next collective
