@@ -11,6 +11,7 @@ import torch
 import torchvision
 from hydra.utils import instantiate
 
+from brisk import cli
 from brisk.builder import build_datamodule, build_model, build_trainer
 from brisk.cli import CONFIG_PATH
 from brisk.errors import BriskError
@@ -81,6 +82,18 @@ def test_option_composes_and_instantiates(group, option, brisk_root):
 def test_cli_reads_like_the_docs(brisk_root):
     cfg = compose_cfg(["strategy=ddp", "precision=16-mixed", "accumulation=4"], brisk_root)
     assert (cfg.trainer.strategy, cfg.trainer.precision, cfg.trainer.accumulate_grad_batches) == ("ddp", "16-mixed", 4)
+
+
+def test_a_config_path_of_the_users_own_sets_the_groups_brisk_reads(tmp_path):
+    """With `--config-path`, Hydra composes from the user's tree: numeric options are those of that tree, and
+    its groups may hold options brisk's conf/ does not have."""
+    (tmp_path / "width").mkdir()
+    (tmp_path / "width" / "64.yaml").write_text("{}\n")
+    args = [f"--config-path={tmp_path}", "width=64", "accumulation=4"]
+    assert cli.quote_group_options(args)[1:] == ["width='64'", "accumulation=4"]  # brisk's accumulation/ not read
+    assert cli.quote_group_options(["accumulation=4"]) == ["accumulation='4'"]
+    assert cli.unknown_group_option(["model=mine", "-cp", str(tmp_path)]) is None
+    assert "no such option" in cli.unknown_group_option(["model=mine"])
 
 
 def test_schedulers_step_with_the_optimizer(brisk_root):

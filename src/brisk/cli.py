@@ -105,10 +105,19 @@ def out_of_memory(e: BaseException, cfg) -> BriskError | None:
     )
 
 
+def config_path(args: list[str]) -> str:
+    """The config folder Hydra composes from: the command line's `--config-path`/`-cp`, else brisk's conf/."""
+    for i, arg in enumerate(args):
+        name, sep, value = arg.partition("=")
+        if name in ("--config-path", "-cp"):
+            return value if sep else (args[i + 1] if i + 1 < len(args) else CONFIG_PATH)
+    return CONFIG_PATH
+
+
 @functools.cache  # the lab quotes every lever's overrides: read the folder once
-def _numeric_groups() -> frozenset[str]:
+def _numeric_groups(conf: str) -> frozenset[str]:
     """Config groups that have an option named by a number, such as precision=32 or accumulation=4."""
-    return frozenset(p.parent.name for p in Path(CONFIG_PATH).glob("*/*.yaml") if p.stem.isdigit())
+    return frozenset(p.parent.name for p in Path(conf).glob("*/*.yaml") if p.stem.isdigit())
 
 
 def quote_group_options(args: list[str]) -> list[str]:
@@ -117,7 +126,7 @@ def quote_group_options(args: list[str]) -> list[str]:
     `accumulation=4` -> `accumulation='4'`, `precision=32,bf16-mixed` -> `precision='32','bf16-mixed'`,
     so the command line reads as the docs say. Anything else passes unchanged.
     """
-    groups = _numeric_groups()
+    groups = _numeric_groups(config_path(args))
     out = []
     for arg in args:
         key, sep, value = arg.partition("=")
@@ -143,7 +152,8 @@ def not_utf8(args: list[str]) -> str | None:
 def unknown_group_option(args: list[str]) -> str | None:
     """The error for a `group=option` (or a list or sweep of options) that names no file of conf/<group>/."""
     conf = Path(CONFIG_PATH)
-    if any(a.startswith(("--config-dir", "-cd", "hydra.searchpath", "+hydra.searchpath")) for a in args):
+    own = ("--config-dir", "-cd", "--config-path", "-cp", "hydra.searchpath", "+hydra.searchpath")
+    if any(a.startswith(own) for a in args):
         return None  # the user's own config folders may add options: Hydra composes and says what is missing
     for arg in args:
         key, sep, value = arg.partition("=")
