@@ -7,6 +7,7 @@ tested against a real second process.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import logging
@@ -24,7 +25,7 @@ import pytest
 import torch
 
 from brisk import train
-from brisk.cli import user_errors
+from brisk.cli import CONFIG_PATH, user_errors
 from brisk.data import cifar_files as cf
 from brisk.data import synthetic as syn
 from conftest import TINY, compose_cfg
@@ -42,17 +43,56 @@ def tree(folder: Path) -> dict[str, str]:
     return found
 
 
+NOBODY = 65534
+CAP_DAC_READ_SEARCH = 2  # linux/capability.h: read any file and search any folder, whatever its mode
+
+
+def checkout_reachable() -> bool:
+    """Whether nobody can read this checkout (its conf/, its .venv): not when it sits inside a folder only root may
+    enter, such as /root or a mktemp -d folder."""
+    if os.geteuid() != 0:
+        return True
+    os.seteuid(NOBODY)
+    try:
+        return all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in (CONFIG_PATH, sys.prefix))
+    finally:
+        os.seteuid(0)
+
+
+def _read_anything() -> None:
+    """Give this thread back CAP_DAC_READ_SEARCH after the drop to nobody (capset(2), as libcap does), so it can
+    still import and read the checkout, while every write is judged by nobody's rights."""
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+    if libc.capget(ctypes.byref(header), data) or not data[0].permitted & (1 << CAP_DAC_READ_SEARCH):
+        raise OSError(ctypes.get_errno(), "capget: CAP_DAC_READ_SEARCH is not permitted here")
+    data[0].effective |= 1 << CAP_DAC_READ_SEARCH
+    if libc.capset(ctypes.byref(header), data):
+        raise OSError(ctypes.get_errno(), "capset")
+
+
 @contextlib.contextmanager
 def without_rights():
-    """Run as a user the chmod bits apply to: root ignores them, so drop to nobody (effective uid only)."""
+    """Run as a user the chmod bits apply to: root ignores them, so drop to nobody (effective uid only). Where
+    nobody cannot reach the checkout, reading stays allowed (CAP_DAC_READ_SEARCH): only writes are nobody's."""
     if os.geteuid() != 0:
         yield
         return
-    os.seteuid(65534)
+    reachable = checkout_reachable()
+    os.seteuid(NOBODY)
     try:
+        if not reachable:
+            _read_anything()
         yield
     finally:
-        os.seteuid(0)
+        os.seteuid(0)  # back to root: the effective capabilities are the permitted ones again
 
 
 @pytest.fixture
@@ -303,10 +343,9 @@ def test_permission_problems_get_the_right_advice(capsys, monkeypatch, restore_l
         data = base / "data"
         shutil.copytree(good_set, data)
         (data / cf.FOLDER).chmod(0o000)
-        cases = [
-            ([f"hydra.run.dir={readonly / 'run'}"], ("hydra.run.dir=", str(readonly), "Permission denied")),
-            (["data=cifar10", f"data.root={data}"], ("permission denied", cf.FOLDER, "chmod")),
-        ]
+        cases = [([f"hydra.run.dir={readonly / 'run'}"], ("hydra.run.dir=", str(readonly), "Permission denied"))]
+        if checkout_reachable():  # else nobody may read everything (without_rights), this folder too
+            cases.append((["data=cifar10", f"data.root={data}"], ("permission denied", cf.FOLDER, "chmod")))
         for overrides, needles in cases:
             before = tree(base)
             with without_rights():
