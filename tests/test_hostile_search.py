@@ -236,6 +236,25 @@ def _runs_a_trial(url: str, pid: int) -> bool:
     return any(t.user_attrs.get("brisk_sweeper", "").endswith(f":{pid}") for t in running)
 
 
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_a_resumed_or_shared_study_is_not_proposed_its_own_points_again(sampler, tmp_path):
+    """Each search process builds its sampler with hydra.sweeper.seed: one that opens a study already there must
+    not replay the draws the study's first search made."""
+    from types import SimpleNamespace
+
+    from brisk.search import study as studies
+
+    settings = SimpleNamespace(direction="maximize", sampler=sampler, seed=0, pruner="none", study_name="s")
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    proposed = []
+    for _ in range(2):  # the first search, then the same command again
+        study, _ = studies.create(settings, url)
+        trial = study.ask()
+        proposed.append(trial.suggest_float("lr", 1e-3, 1.0, log=True))
+        study.tell(trial, 0.5)
+    assert proposed[0] != proposed[1]
+
+
 @pytest.mark.slow  # three searches started on 2 cores: 40-100 s, over the default suite's budget
 def test_searches_share_a_study_and_one_killed_mid_trial_is_taken_over(project):
     """A search is killed (SIGKILL) inside a trial while two more run on its study; those two finish the budget

@@ -79,6 +79,7 @@ def create(settings, url: str, grid_space=None):
     judge = pruner(settings.pruner)
     with trials.quiet():
         storage = storages.open_checked(url, trials.HEARTBEAT)
+    existed = settings.study_name in optuna.study.get_all_study_names(storage)
     study = optuna.create_study(
         storage=storage,
         study_name=settings.study_name,
@@ -94,4 +95,8 @@ def create(settings, url: str, grid_space=None):
             f"was created to {stored}. Use hydra.sweeper.direction={stored}, or another hydra.sweeper.study_name "
             "for a new study."
         )
+    if existed:
+        # A seeded sampler starts its draws afresh in every process: a resumed search, or a second one on the same
+        # study, would propose the very points the study already holds (TPE's first trials are random draws).
+        study.sampler.reseed_rng()
     return study, storage
