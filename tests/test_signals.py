@@ -94,8 +94,15 @@ def test_ctrl_c_saves_a_checkpoint_prints_the_hint_and_exits_130(project):
     assert saved_step(run_dir) == 3
 
 
-@pytest.mark.slow  # two real SLURM-like tasks of a DDP job (~30 s on 2 cores)
-def test_slurm_requeue_signal_to_rank_0_alone_saves_on_every_rank_and_trains_on(project):
+@pytest.mark.slow  # two real SLURM-like tasks of a DDP job (~30 s on 2 cores each)
+@pytest.mark.parametrize(
+    "hook, batch, step",
+    [
+        ("train_batch_end", 2, 4),  # sent in batch 2; agreed a batch later, after batch 3: global step 4
+        ("validation_start", 0, 8),  # sent after the last training batch: done at the end of training
+    ],
+)
+def test_slurm_requeue_signal_to_rank_0_alone_saves_on_every_rank_and_trains_on(hook, batch, step, project):
     """SIGUSR1 (`#SBATCH --signal=SIGUSR1@90`) that reached only rank 0: Lightning's handler would save from inside
     the signal handler, and the save's barrier would wait for rank 1 for good. The ranks agree on it, save
     hpc_ckpt_1.ckpt together after the same batch, and train on (SLURM itself ends a requeued job; here there
@@ -103,7 +110,8 @@ def test_slurm_requeue_signal_to_rank_0_alone_saves_on_every_rank_and_trains_on(
     from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
     run_dir, sent = project / "run", project / "sent"
-    args = [*ARGS, *DDP, f"hydra.run.dir={run_dir}", *signal_at(2, signal.SIGUSR1, sent, rank=0)]
+    at = [a.replace("hook=train_batch_end", f"hook={hook}") for a in signal_at(batch, signal.SIGUSR1, sent, rank=0)]
+    args = [*ARGS, *DDP, f"hydra.run.dir={run_dir}", *at]
     task = {**SLURM_ENV, "SLURM_JOB_ID": str(os.getpid()), "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2"}
     port = str(find_free_network_port())
     with contextlib.ExitStack() as stack:
@@ -120,7 +128,6 @@ def test_slurm_requeue_signal_to_rank_0_alone_saves_on_every_rank_and_trains_on(
         err = ranks[0].output()[1]
     assert [p.returncode for p in ranks] == [0, 0], err[-3000:]
     assert sent.exists()
-    # Sent in batch 2 on rank 0; agreed a batch later, after batch 3: global step 4 on both ranks.
     (hpc,) = run_dir.glob("hpc_ckpt_*.ckpt")
-    assert torch.load(hpc, map_location="cpu", weights_only=True)["global_step"] == 4
+    assert torch.load(hpc, map_location="cpu", weights_only=True)["global_step"] == step
     assert read_summary(run_dir)["global_step"] == 8

@@ -126,33 +126,37 @@ class SigtermCheckpoint(L.Callback):
             compat.stop_like_sigterm(self._trainer)
 
     def _on_requeue_signal(self, signum: int, frame) -> None:
-        self.requeue = signum  # acted on at the batch end every rank agrees on (on_train_batch_end)
+        self.requeue = signum  # done where every rank agrees on it: a training batch's end, the end of training or test
 
     def _agree(self, trainer: L.Trainer) -> None:
-        """Every rank learns the stop signal any of them got (the largest, should two differ)."""
+        """Every rank learns the stop and requeue signals any of them got (the largest, should two differ)."""
         if not _distributed(trainer):
             return
-        flag = torch.tensor([self.signum], device=trainer.strategy.root_device)
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        if flag.item():
-            self.signum = int(flag.item())
+        flags = torch.tensor([self.signum, self.requeue])
+        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX, group=self._group)
+        self._act(trainer, *flags.tolist())
+
+    def _act(self, trainer: L.Trainer, stop: int, requeue: int) -> None:
+        """What the ranks agreed on, done on every rank at the same point."""
+        if requeue:
+            self.requeue = 0  # agreed: not to be agreed on again
+        if stop:  # Lightning then raises at its next check, on every rank
+            self.signum = stop
             compat.stop_like_sigterm(trainer)
+        elif requeue:  # every rank is here: the save's barrier meets on all of them
+            compat.slurm_requeue(trainer, requeue)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         # Only under DDP: outside it setup() leaves this hook uncallable.
-        agreed, requeue = self._collect()
-        if requeue:
-            self.requeue = 0  # agreed: not to be agreed on again
+        agreed = self._collect()
+        if agreed[1]:
+            self.requeue = 0  # agreed: not sent round again
         flags = torch.tensor([self.signum, self.requeue])
         self._pending = (
             flags,
             torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX, group=self._group, async_op=True),
         )
-        if agreed:  # Lightning then raises after this batch, on every rank
-            self.signum = agreed
-            compat.stop_like_sigterm(trainer)
-        elif requeue:  # every rank is here, after the same batch: the save's barrier meets on all of them
-            compat.slurm_requeue(trainer, requeue)
+        self._act(trainer, *agreed)
 
     def _collect(self) -> tuple[int, int]:
         """The stop and requeue signals the previous batch's all-reduce agreed on (0 for none): it finished long
@@ -165,7 +169,14 @@ class SigtermCheckpoint(L.Callback):
         return stop, requeue
 
     def on_train_end(self, trainer, pl_module) -> None:
-        self._collect()  # every rank has one outstanding: end it before the next collective
+        # Every rank has one all-reduce outstanding: end it before the next collective. A requeue it agreed on, or
+        # one noted since, is done now, with every rank here; a stop signal waits for the test's end, as before.
+        _, requeue = self._collect()
+        self.requeue = max(self.requeue, requeue)
+        if _distributed(trainer):
+            flag = torch.tensor([self.requeue])
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=self._group)
+            self._act(trainer, 0, int(flag.item()))
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
