@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from brisk.cli import unknown_group_option
 from brisk.data import augment as aug
 from brisk.errors import BriskError
 from brisk_lab import breakdown, levers, pipeline, report
@@ -235,3 +236,9 @@ def test_cli_writes_json_table_and_plots(brisk_root):
         png = (run_dir / f"{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 5000
     assert result["machine"]["cpu_count"] >= 1 and result["command"].startswith("brisk-bench data=synthetic")
+
+
+def test_an_entry_point_of_its_own_checks_its_groups_and_brisks():
+    """brisk-bench composes from the lab's conf/ with brisk's on its search path: options of both are options."""
+    assert unknown_group_option(["model=nil", "preset=quick", "optimizer=sgd"], CONFIG_PATH) is None
+    assert "no such option" in unknown_group_option(["preset=nope"], CONFIG_PATH)

@@ -92,8 +92,12 @@ def test_a_config_path_of_the_users_own_sets_the_groups_brisk_reads(tmp_path):
     args = [f"--config-path={tmp_path}", "width=64", "accumulation=4"]
     assert cli.quote_group_options(args)[1:] == ["width='64'", "accumulation=4"]  # brisk's accumulation/ not read
     assert cli.quote_group_options(["accumulation=4"]) == ["accumulation='4'"]
-    assert cli.unknown_group_option(["model=mine", "-cp", str(tmp_path)]) is None
+    assert cli.unknown_group_option(["model=mine", "-cp", str(tmp_path)]) is None  # no model/ in that tree
+    assert "no such option" in cli.unknown_group_option(["width=65", "-cp", str(tmp_path)])
     assert "no such option" in cli.unknown_group_option(["model=mine"])
+    # Hydra reads a relative -cp beside the entry point's module: brisk leaves its options to Hydra.
+    assert cli.unknown_group_option(["model=mine", "-cp", "myconf"]) is None
+    assert cli.quote_group_options(["-cp", "myconf", "accumulation=4"])[-1] == "accumulation='4'"
 
 
 def test_schedulers_step_with_the_optimizer(brisk_root):

@@ -105,13 +105,23 @@ def out_of_memory(e: BaseException, cfg) -> BriskError | None:
     )
 
 
-def config_path(args: list[str]) -> str:
-    """The config folder Hydra composes from: the command line's `--config-path`/`-cp`, else brisk's conf/."""
+# Command-line options that add config folders of the user's own.
+USER_CONFIG = ("--config-dir", "-cd", "hydra.searchpath", "+hydra.searchpath")
+
+
+def config_folders(args: list[str], primary: str = CONFIG_PATH) -> tuple[str, ...] | None:
+    """The folders Hydra takes config groups from: the entry point's own and brisk's conf/ (which a package built
+    on brisk puts on its search path), or an absolute `--config-path`/`-cp` given instead. None where the command
+    line adds folders only Hydra can find: --config-dir, hydra.searchpath, or a relative -cp (Hydra reads it
+    relative to the entry point's module, not to the current folder)."""
+    if any(a.startswith(USER_CONFIG) for a in args):
+        return None
     for i, arg in enumerate(args):
         name, sep, value = arg.partition("=")
         if name in ("--config-path", "-cp"):
-            return value if sep else (args[i + 1] if i + 1 < len(args) else CONFIG_PATH)
-    return CONFIG_PATH
+            given = value if sep else (args[i + 1] if i + 1 < len(args) else "")
+            return (given,) if Path(given).is_absolute() else None
+    return tuple(dict.fromkeys((primary, CONFIG_PATH)))
 
 
 @functools.cache  # the lab quotes every lever's overrides: read the folder once
@@ -120,13 +130,13 @@ def _numeric_groups(conf: str) -> frozenset[str]:
     return frozenset(p.parent.name for p in Path(conf).glob("*/*.yaml") if p.stem.isdigit())
 
 
-def quote_group_options(args: list[str]) -> list[str]:
+def quote_group_options(args: list[str], primary: str = CONFIG_PATH) -> list[str]:
     """Quote numeric group options: Hydra parses `accumulation=4` as the int 4, which it refuses as an option name.
 
     `accumulation=4` -> `accumulation='4'`, `precision=32,bf16-mixed` -> `precision='32','bf16-mixed'`,
     so the command line reads as the docs say. Anything else passes unchanged.
     """
-    groups = _numeric_groups(config_path(args))
+    groups = frozenset().union(*map(_numeric_groups, config_folders(args, primary) or (primary,)))
     out = []
     for arg in args:
         key, sep, value = arg.partition("=")
@@ -149,18 +159,20 @@ def not_utf8(args: list[str]) -> str | None:
     return None
 
 
-def unknown_group_option(args: list[str]) -> str | None:
-    """The error for a `group=option` (or a list or sweep of options) that names no file of conf/<group>/."""
-    conf = Path(CONFIG_PATH)
-    own = ("--config-dir", "-cd", "--config-path", "-cp", "hydra.searchpath", "+hydra.searchpath")
-    if any(a.startswith(own) for a in args):
+def unknown_group_option(args: list[str], primary: str = CONFIG_PATH) -> str | None:
+    """The error for a `group=option` (or a list or sweep of options) that names no file of <conf>/<group>/."""
+    folders = config_folders(args, primary)
+    if folders is None:
         return None  # the user's own config folders may add options: Hydra composes and says what is missing
     for arg in args:
         key, sep, value = arg.partition("=")
-        group = conf / key.lstrip("+~")
-        if not sep or "(" in value or "/" in key or not key.lstrip("+~").isidentifier() or not group.is_dir():
-            continue  # not a group of brisk's (Hydra's own, a plain key) or a sweep function such as choice(...)
-        options = sorted(p.stem for p in group.glob("*.yaml"))
+        groups = [Path(f) / key.lstrip("+~") for f in folders]
+        if not sep or "(" in value or "/" in key or not key.lstrip("+~").isidentifier():
+            continue  # Hydra's own, or a sweep function such as choice(...)
+        if not (found := [g for g in groups if g.is_dir()]):
+            continue  # a plain key, not a group
+        group = found[0]
+        options = sorted({p.stem for g in found for p in g.glob("*.yaml")})
         for name in value.strip("[]").split(","):
             name = name.strip().strip("'\"")
             if name == "null" and not key.startswith("~"):  # Hydra: a ValueError with a traceback
@@ -173,7 +185,7 @@ def unknown_group_option(args: list[str]) -> str | None:
     return None
 
 
-def hydra_entry(hydra_main):
+def hydra_entry(hydra_main, primary: str = CONFIG_PATH):
     """A console-script entry point around a @hydra.main function, with numeric group options quoted: the choke
     point for what goes wrong outside the task (the command line, composing the config, the run directory's
     checks), which ends as one `brisk: error:` line and exit status 2. Errors it does not know keep their
@@ -182,9 +194,9 @@ def hydra_entry(hydra_main):
     @functools.wraps(hydra_main)
     def entry() -> None:
         args = sys.argv[1:]
-        if error := not_utf8(args) or unknown_group_option(args):
+        if error := not_utf8(args) or unknown_group_option(args, primary):
             refuse(error)
-        sys.argv[1:] = quote_group_options(args)
+        sys.argv[1:] = quote_group_options(args, primary)
         try:
             with hydra_raises():
                 hydra_main()
@@ -231,6 +243,6 @@ def entry_point(config_name: str, config_path: str = CONFIG_PATH):
         hydra_main = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
         # Recorded here, in the process the user started: a DDP job's ranks start this entry point again.
         program = distributed.entry_program(task.__module__)
-        return hydra_entry(hydra_main(distributed.started_as(program, user_errors(task))))
+        return hydra_entry(hydra_main(distributed.started_as(program, user_errors(task))), config_path)
 
     return wrap
