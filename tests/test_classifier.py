@@ -4,6 +4,8 @@ gets the CLI's defaults, and weight decay has one key."""
 from __future__ import annotations
 
 import csv
+import inspect
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -12,6 +14,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from brisk.builder import build, build_model
+from brisk.cli import CONFIG_PATH
 from brisk.errors import BriskError
 from brisk.models import ImageClassifier
 from conftest import TINY, compose_cfg
@@ -60,6 +63,14 @@ def test_a_python_user_gets_the_cli_defaults(brisk_root):
     decay, no_decay = python.configure_optimizers().param_groups
     assert decay["weight_decay"] == cfg.model.weight_decay > 0
     assert no_decay["weight_decay"] == 0  # biases and norm parameters
+
+
+def test_the_yaml_knobs_are_the_classifiers_defaults():
+    """conf/train.yaml lists the classifier's knobs so they need no `+`: each must be the signature's default."""
+    listed = OmegaConf.load(Path(CONFIG_PATH) / "train.yaml").model
+    defaults = inspect.signature(ImageClassifier).parameters
+    knobs = [k for k in listed if k != "_target_"]
+    assert knobs and {k: listed[k] for k in knobs} == {k: defaults[k].default for k in knobs}
 
 
 # A weight decay given to the optimizer: the parameter groups' own would override it, so it is refused.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import logging
 import os
 import re
@@ -26,16 +25,6 @@ CONFIG_PATH = str((Path(__file__).resolve().parent / "conf").resolve())
 OmegaConf.register_new_resolver("brisk_run_id", distributed.run_id, use_cache=True, replace=True)
 
 
-def classifier_default(argument: str):
-    """${classifier_default:<argument>} in conf/train.yaml: ImageClassifier's own default. The YAML lists the
-    classifier's knobs so that `model.weight_decay=...` needs no `+`; the signature is where their values are set,
-    so a Python user gets brisk-train's model."""
-    from brisk.models import ImageClassifier  # here: the CLI module stays light to import
-
-    return inspect.signature(ImageClassifier).parameters[argument].default
-
-
-OmegaConf.register_new_resolver("classifier_default", classifier_default, replace=True)
 log = logging.getLogger("brisk")
 
 
