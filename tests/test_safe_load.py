@@ -100,14 +100,14 @@ def test_a_crafted_run_config_is_refused(victim, finished_run, tmp_path, brisk_r
     ],
 )
 def test_registry_refuses(target):
-    from brisk import restore  # here, so the file also runs against the code before the fix
+    from brisk import restore
 
     with pytest.raises(BriskError, match=f"refused model.net._target_={target}:"):
         restore.check_targets({"model": {"net": {"_target_": target}}}, "a file")
 
 
 def test_registry_admits_the_templates_own_and_what_the_user_names():
-    from brisk import restore  # here, so the file also runs against the code before the fix
+    from brisk import restore
 
     admitted = {  # conf/'s own, each at its place
         "model": {"_target_": "brisk.models.ImageClassifier", "net": {"_target_": "brisk.models.nets.AirbenchNet"}},
@@ -136,7 +136,7 @@ def test_eval_scores_the_data_its_run_trained_on(finished_run, tmp_path, brisk_r
 
 
 def test_command_line_wins_over_the_run_config(finished_run, brisk_root):
-    from brisk import restore  # here, so the file also runs against the code before the fix
+    from brisk import restore
 
     ckpt = finished_run / "checkpoints" / "last.ckpt"
     # `+`: Hydra's rule for keys that eval's own data config (cifar10) does not list
@@ -152,7 +152,7 @@ def test_command_line_wins_over_the_run_config(finished_run, brisk_root):
 
 
 def test_checkpoint_without_its_run_rebuilds_from_hparams(finished_run, tmp_path, brisk_root, caplog):
-    from brisk import restore  # here, so the file also runs against the code before the fix
+    from brisk import restore
 
     ckpt = tmp_path / "moved.ckpt"
     shutil.copy(finished_run / "checkpoints" / "last.ckpt", ckpt)

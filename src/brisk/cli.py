@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
 import re
 import signal
 import sys
+import unittest.mock
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -16,7 +16,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from brisk import compat, distributed, rundir
-from brisk.errors import BriskError, explain
+from brisk.errors import BriskError, explain, refuse
 
 # brisk/conf links to the repo's top-level conf/ (a source checkout, an editable install); a wheel holds a copy
 # there. Resolved, so a checkout's commands name conf/ itself.
@@ -57,10 +57,10 @@ def user_errors(task):
                 run.refused()
             if error is None:
                 raise  # a bug: its traceback is the report
-            print(f"brisk: error: {error}", file=sys.stderr, flush=True)
             if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+                print(f"brisk: error: {error}", file=sys.stderr, flush=True)
                 raise error from None  # the sweep records this job as failed and goes on (brisk.sweep.SweepSummary)
-            sys.exit(2)
+            refuse(error)
         finally:
             distributed.finish()
             if run is not None:
@@ -80,7 +80,7 @@ def interrupted(run: rundir.Run | None = None) -> None:
 
 def out_of_memory(e: BaseException, cfg) -> BriskError | None:
     """The one line for running out of memory (host or device), or None for any other error."""
-    from lightning.pytorch.utilities.memory import is_oom_error  # here: the CLI module stays light to import
+    from lightning.pytorch.utilities.memory import is_oom_error
 
     if not (isinstance(e, MemoryError) or is_oom_error(e)):  # Lightning's test: CUDA, cuDNN and the CPU allocator
         return None
@@ -199,27 +199,13 @@ def hydra_entry(hydra_main, primary: str = CONFIG_PATH):
     return entry
 
 
-def refuse(error: object) -> None:
-    print(f"brisk: error: {error}", file=sys.stderr, flush=True)
-    sys.exit(2)
-
-
-@contextlib.contextmanager
 def hydra_raises():
     """Hydra raises what goes wrong instead of printing it in several lines and exiting 1.
 
     hydra._internal.utils.run_and_report does that for every error unless HYDRA_FULL_ERROR=1 (its documented
     switch for a full traceback), which is also the only way to get the exception itself. Put back afterwards:
     tests run entry points in one process."""
-    before = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = before
+    return unittest.mock.patch.dict(os.environ, {"HYDRA_FULL_ERROR": "1"})
 
 
 def entry_point(config_name: str, config_path: str = CONFIG_PATH):

@@ -14,7 +14,7 @@ import inspect
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.errors import (
     CompactHydraException,
@@ -64,7 +64,13 @@ def _line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def _first_line(text: object) -> str:
+def refuse(error: object) -> NoReturn:
+    """The end of a refused command: its one `brisk: error:` line on stderr, and exit status 2."""
+    print(f"brisk: error: {error}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def first_line(text: object) -> str:
     return str(text).strip().splitlines()[0].strip() if str(text).strip() else ""
 
 
@@ -209,7 +215,7 @@ def _unresolvable(cfg: Any) -> str | None:
 
 def _config_value(cause: OmegaConfBaseException, cfg: Any) -> BriskError:
     key = cause.full_key or _unresolvable(cfg) or "the config"
-    text = _first_line(cause)
+    text = first_line(cause)
     if isinstance(cause, MissingMandatoryValue):
         return BriskError(f"{key} has no value (??? in the config). Give it one: {key}=<value>.")
     if isinstance(cause, InterpolationResolutionError):
@@ -230,7 +236,7 @@ def _composition(error: CompactHydraException, overrides: list[str]) -> BriskErr
 
     if isinstance(error, OverrideParseException):
         return BriskError(
-            f"{error.override}: Hydra cannot read this override ({_first_line(error.message)}). Quote a value that "
+            f"{error.override}: Hydra cannot read this override ({first_line(error.message)}). Quote a value that "
             "holds spaces, brackets, quotes or = signs: key='value' (in a shell: \"key='value'\")."
         )
     if isinstance(error, MissingConfigException) and error.missing_cfg_file and error.options:
@@ -254,5 +260,5 @@ def _composition(error: CompactHydraException, overrides: list[str]) -> BriskErr
         return BriskError(
             f"{given}: the config has no key {key}{hint}. Correct the name, or add a new key with +{given}."
         )
-    extra = f" {_first_line(cause)}" if isinstance(cause, OmegaConfBaseException) else ""
+    extra = f" {first_line(cause)}" if isinstance(cause, OmegaConfBaseException) else ""
     return BriskError(_line(f"{error}{extra}"))

@@ -166,7 +166,7 @@ class Registry:
                 f"{refused}: this command's config names it there too, but it is not a class, and a file may "
                 f"only name classes. Give ++{place}._target_={name} on the command line if you trust it."
             )
-        names = sorted(own | ({trusted} if trusted else set()))
+        names = sorted(own | ({trusted} if trusted and _is_class(trusted) else set()))
         places = ", ".join(sorted(shipped().targets))
         where = (
             f"at {place} a run's files may name only {', '.join(names)}"

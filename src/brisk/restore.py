@@ -34,7 +34,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from brisk.builder import build_model
 from brisk.checkpoint_io import SafeCheckpointIO, peek
-from brisk.errors import BriskError
+from brisk.errors import BriskError, first_line
 from brisk.registry import RUN_SECTIONS, Registry
 
 log = logging.getLogger("brisk")
@@ -48,7 +48,7 @@ def run_dir_of(ckpt_path: str | Path) -> Path:
 
 def _first_line(e: Exception) -> str:
     """An exception as one line: OmegaConf's messages add lines of context."""
-    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+    return f"{type(e).__name__}: {first_line(e)}"
 
 
 def run_config(ckpt_path: str | Path) -> DictConfig | None:
@@ -141,16 +141,9 @@ def with_run_config(cfg: DictConfig, ckpt_path: str | Path, overrides: Iterable[
             f"{source}: cannot be used as a config ({_first_line(e)}). Use a brisk-train run's files."
         ) from None
     with open_dict(merged):
-        for override in overrides:  # the command line wins, with the value it composed to
+        for override in overrides:  # the command line wins, with the value it composed to (a ~key is dropped above)
             key = _override_key(override)
-            parent, _, leaf = key.rpartition(".")
-            if key.split(".")[0] not in sections:
-                continue
-            if override.startswith("~"):
-                node = OmegaConf.select(merged, parent) if parent else merged
-                if isinstance(node, DictConfig):
-                    node.pop(leaf, None)
-            else:
+            if key.split(".")[0] in sections and not override.startswith("~"):
                 OmegaConf.update(merged, key, OmegaConf.select(cfg, key), merge=False, force_add=True)
     return merged
 

@@ -16,7 +16,6 @@ import fcntl
 import logging
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 
-from brisk.errors import BriskError, explain
+from brisk.errors import BriskError, explain, refuse
 
 RECORD = ".hydra"
 # Run directory -> its nearest folder that existed before Hydra created it (RunDirCallback, run mode).
@@ -118,8 +117,7 @@ def _refusing() -> Iterator[None]:
     except Exception as e:  # a BriskError, or a ${...} in the directory's name that cannot be resolved
         if (error := explain(e)) is None:
             raise
-        print(f"brisk: error: {error}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        refuse(error)
 
 
 class Run:
