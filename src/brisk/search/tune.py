@@ -17,6 +17,7 @@ from pathlib import Path
 
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.callbacks import BatchSizeFinder, LearningRateFinder
 from lightning.pytorch.tuner import Tuner
 from omegaconf import DictConfig, OmegaConf
 
@@ -26,8 +27,8 @@ from brisk.errors import BriskError
 
 log = logging.getLogger("brisk")
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
-# tune.method -> the modes Lightning's finder takes (its own checks are an assert and a ValueError mid-run).
-MODES = {"lr_find": ("exponential", "linear"), "scale_batch_size": ("power", "binsearch")}
+# tune.method -> the finder callback whose modes Tuner takes (its own checks are an assert and a ValueError mid-run).
+FINDERS = {"lr_find": LearningRateFinder, "scale_batch_size": BatchSizeFinder}
 # The finders' arguments that brisk passes itself: the model, its data, the stage, where the value goes.
 SET_BY_BRISK = {"self", "model", "datamodule", "method", "update_attr", "attr_name", "batch_arg_name"}
 SET_BY_BRISK |= {"train_dataloaders", "val_dataloaders", "dataloaders"}
@@ -53,10 +54,9 @@ def refuse_distributed(cfg: DictConfig) -> None:
 def check_args(cfg: DictConfig) -> None:
     """The finder's arguments, before anything is built: Lightning takes a 0 or an unknown mode and fails mid-search
     (ZeroDivisionError, an assert), or with a TypeError for a key it does not take."""
-    checks.validate(cfg)  # brisk-train's keys first: seed_everything raises on a seed out of range
-    checks.values(cfg, checks.TUNE)
+    checks.values(cfg, checks.TUNE)  # brisk-train's values too: seed_everything raises on a seed out of range
     method = cfg.tune.get("method")
-    if method not in MODES:
+    if method not in FINDERS:
         raise BriskError(f"tune.method={method} is unknown: use tune=lr or tune=batch_size.")
     params = inspect.signature(getattr(Tuner, method)).parameters
     taken = set(params) - SET_BY_BRISK
@@ -66,8 +66,9 @@ def check_args(cfg: DictConfig) -> None:
             f"{', '.join(f'tune.{k}' for k in sorted(taken))}."
         )
     args = {k: params[k].default for k in taken} | {k: cfg.tune[k] for k in taken if k in cfg.tune}
-    if args["mode"] not in MODES[method]:
-        raise BriskError(f"tune.mode={args['mode']} is unknown for Tuner.{method}: use {' or '.join(MODES[method])}.")
+    modes = sorted(FINDERS[method].SUPPORTED_MODES, key=lambda m: m != params["mode"].default)  # the default first
+    if str(args["mode"]).lower() not in modes:  # Lightning lowercases it
+        raise BriskError(f"tune.mode={args['mode']} is unknown for Tuner.{method}: use {' or '.join(modes)}.")
     if method == "lr_find" and not args["min_lr"] < args["max_lr"]:
         raise BriskError(
             f"tune.min_lr={args['min_lr']} must be below tune.max_lr={args['max_lr']}: the finder raises the LR "
