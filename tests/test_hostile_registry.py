@@ -320,3 +320,12 @@ def test_a_bare_tensor_saved_as_a_checkpoint_is_one_line(eval_cfg, tmp_path):
     torch.save(torch.zeros(3), ckpt)
     with pytest.raises(BriskError, match="has no model hyperparameters"):
         restore.with_run_config(eval_cfg, ckpt)
+
+
+def test_an_older_runs_optimizer_weight_decay_is_left_out(genuine, eval_cfg, tmp_path, caplog):
+    """brisk-train refuses optimizer.weight_decay now, but older runs may hold it: it never applied, so eval,
+    predict and export still rebuild their model, without it."""
+    ckpt = write_run(tmp_path / "run", genuine, edit_config=_set("optimizer.weight_decay", 5e-4))
+    model = restore.load_model(restore.with_run_config(eval_cfg, ckpt), ckpt)
+    assert "weight_decay" not in model.hparams.optimizer
+    assert "optimizer.weight_decay=0.0005 left out" in caplog.text

@@ -127,6 +127,14 @@ def with_run_config(cfg: DictConfig, ckpt_path: str | Path, overrides: Iterable[
         )
     for override in overrides:
         _drop(sections, _override_key(override))
+    optimizer = sections.get("optimizer")
+    if isinstance(optimizer, dict) and "weight_decay" in optimizer:
+        # Older runs could set it; the classifier's parameter groups always overrode it, so they trained without.
+        log.warning(
+            "%s: optimizer.weight_decay=%s left out: it never applied (model.weight_decay is the weight decay).",
+            source,
+            optimizer.pop("weight_decay"),
+        )
     check_targets(sections, source, trusted=cfg)
     if saved is None and "model" in sections:
         # The hyperparameters are the classifier's arguments, over this command's model section.
