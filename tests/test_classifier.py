@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from brisk.builder import build, build_model
+from brisk.callbacks import RunPlots
 from brisk.cli import CONFIG_PATH
 from brisk.errors import BriskError
 from brisk.models import ImageClassifier
@@ -51,6 +52,18 @@ def test_logged_train_loss_is_the_optimized_loss_with_l1(project):
     (epoch,) = [r for r in rows if r.get("train/loss")]
     assert float(epoch["train/loss"]) == pytest.approx(sum(optimized) / len(optimized), rel=1e-5)
     assert float(epoch["train/ce"]) == pytest.approx(sum(ce) / len(ce), rel=1e-5)
+
+
+def test_the_loss_plot_holds_the_cross_entropy_beside_the_optimized_loss(project, tmp_path):
+    """With an L1 term train/loss is not what val/loss measures: loss.png draws train/ce too."""
+    args = ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1"]
+    cfg = compose_cfg([*TINY, *args, "callbacks=none", "scheduler=none", "model.l1=1e-3"], project)
+    trainer, datamodule, model = build(cfg)
+    plots = RunPlots(str(tmp_path))
+    trainer.callbacks.append(plots)
+    trainer.fit(model, datamodule=datamodule)
+    assert {"train/loss", "train/ce", "val/loss"} <= set(plots.epochs[0])
+    assert (tmp_path / "loss.png").stat().st_size > 0
 
 
 def test_a_python_user_gets_the_cli_defaults(brisk_root):

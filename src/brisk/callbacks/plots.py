@@ -14,7 +14,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-CURVES = {"loss": ("train/loss", "val/loss"), "accuracy": ("train/acc", "val/acc")}
+# train/ce is logged beside the optimized train/loss only with an L1 term (model.l1): it is what val/loss compares to.
+CURVES = {"loss": ("train/loss", "train/ce", "val/loss"), "accuracy": ("train/acc", "val/acc")}
 
 
 def _figure(**kw):
@@ -72,7 +73,7 @@ class RunPlots(L.Callback):
             self.dirpath.mkdir(parents=True, exist_ok=True)
             self._confusion(matrix)
 
-    def _curves(self, name: str, keys: tuple[str, str]) -> None:
+    def _curves(self, name: str, keys: tuple[str, ...]) -> None:
         fig, ax = _figure()
         for key in keys:
             points = [(e, v[key]) for e, v in sorted(self.epochs.items()) if key in v]
