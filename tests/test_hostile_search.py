@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
+from brisk.search import loop
 from brisk.search import storage as storages
 from brisk.search import trials as owners
 from conftest import TINY
@@ -67,6 +69,11 @@ def _mysql_without_driver(base: Path):
     return [f"hydra.sweeper.storage={url}"], ("hydra.sweeper.storage=mysql://brisk:***@", "pip install mysqlclient")
 
 
+def _folder_name_too_long(base: Path):
+    url = f"sqlite:///{base / 'a' / 'b' / ('x' * 300) / 'optuna.db'}"
+    return [f"hydra.sweeper.storage={url}"], ("hydra.sweeper.storage", "300 bytes long", "Choose a shorter")
+
+
 def _with_study(*overrides: str, needles: tuple[str, ...]):
     """A bad setting, with a real storage given, which must stay as it was."""
 
@@ -82,6 +89,7 @@ CASES = {
     "read-only sqlite file": (_readonly_file, True),
     "read-only sqlite folder": (_readonly_folder, True),
     "mysql without its driver": (_mysql_without_driver, False),
+    "sqlite folder name too long": (_folder_name_too_long, False),
     "bad interval": (
         _with_study(
             "hydra.sweeper.params={optimizer.lr:'interval(0.5,0.005)'}",
@@ -93,6 +101,13 @@ CASES = {
         _with_study(
             "hydra.sweeper.params={optimizer.lr:'tag(log,interval(0,0.5))'}",
             needles=("hydra.sweeper.params.optimizer.lr=", "start > 0", "tag(log, interval(0.0005, 0.5))"),
+        ),
+        False,
+    ),
+    "log of a range from 0": (
+        _with_study(
+            "data.batch_size=tag(log,range(0,512))",
+            needles=("data.batch_size=tag(log, range(0, 512))", "start >= 1", "tag(log, range(1, 512))"),
         ),
         False,
     ),
@@ -152,11 +167,43 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+# What a search that is PID 1 in its own PID namespace writes, from a child with the pid the argument names.
+IN_ANOTHER_NAMESPACE = """
+import os, sys
+from pathlib import Path
+Path("/proc/sys/kernel/ns_last_pid").write_text(str(int(sys.argv[1]) - 1))  # the namespace's next pid: argv[1]
+if os.fork() == 0:
+    from brisk.search.trials import owner
+    print(os.getpid(), owner())
+    sys.exit(0)
+os.wait()
+"""
+
+
+def _mark_from_another_container() -> str:
+    """The owner mark of a search in another container with this hostname (its own PID namespace), whose pid is one
+    that no process has here: a live search there must not look dead here."""
+    pid = _dead_pid()
+    env = {**os.environ, "PYTHONPATH": str(Path(owners.__file__).parents[2])}
+    for user in (["--user", "--map-root-user"], []):  # without root, a PID namespace needs a user namespace
+        command = ["unshare", *user, "--pid", "--fork", "--mount-proc", sys.executable, "-c", IN_ANOTHER_NAMESPACE]
+        try:
+            proc = subprocess.run([*command, str(pid)], capture_output=True, text=True, env=env, timeout=60)
+        except FileNotFoundError:
+            break
+        if proc.returncode == 0:
+            inner, mark = proc.stdout.split()
+            assert int(inner) == pid and mark.startswith(socket.gethostname()), proc.stdout
+            return mark
+    pytest.skip("this system lets no test make a PID namespace (unshare)")
+
+
 # Each case: who marked the RUNNING trial (None: nobody yet), how many seconds ago it was asked and beat last,
 # and whether another search takes it over (fails it and asks its parameters again).
 TAKEOVER = {
-    "its search runs on this machine": (lambda: f"{socket.gethostname()}:{os.getppid()}", 0, False),
-    "its search died on this machine": (lambda: f"{socket.gethostname()}:{_dead_pid()}", 0, True),
+    "its search runs on this machine": (lambda: f"{owners.machine()}:{os.getppid()}", 0, False),
+    "its search died on this machine": (lambda: f"{owners.machine()}:{_dead_pid()}", 0, True),
+    "its search runs in another container with this hostname": (_mark_from_another_container, 0, False),
     "its search beats on another machine": (lambda: "elsewhere.example:1", 0, False),
     "its search on another machine stopped beating": (lambda: "elsewhere.example:1", owners.GRACE + 60, True),
     "just asked, not marked yet": (None, 0, False),
@@ -193,6 +240,27 @@ def test_a_running_trial_is_taken_over_only_when_its_search_is_gone(case, tmp_pa
         with owners.quiet():
             again = study.ask(space)
         assert again.params == first.params and again.user_attrs == {owners.RETRY_OF: 0}
+
+
+def test_a_search_counting_while_another_asks_the_last_trial_asks_none(tmp_path):
+    """Counting the budget and asking are one step under the SQLite folder's lock: a search that counts while
+    another asks the last trial of the budget waits for it, then finds the budget taken."""
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    with owners.quiet():
+        storage = storages.open_checked(url, owners.HEARTBEAT)
+    study = optuna.create_study(storage=storage, study_name="brisk", direction="maximize")
+    space = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    asked = []
+    with storages.locked(url):  # another search holds it, between its own count and its ask
+        counting = threading.Thread(target=lambda: asked.append(loop.next_batch(study, url, space, 1, 1)))
+        counting.start()
+        counting.join(1)
+        assert counting.is_alive(), "the count did not wait for the other search's ask"
+        with owners.quiet():
+            study.ask(space)  # the other search takes the last trial
+    counting.join(60)
+    assert asked == [([], 1)], "asked beyond the budget, or did not count the other search's trial"
+    assert len(study.get_trials()) == 1
 
 
 # Trials of a second or so: 4 steps of 100 images at a constant rate, one validation batch, one test batch.

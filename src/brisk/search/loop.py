@@ -46,25 +46,21 @@ def search(sweeper, arguments: list[str]) -> list[Any]:
     # Every check has passed: only now does the search write its sweep directory (a refused one leaves none).
     sweep_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(config, sweep_dir / "multirun.yaml")
-    before = trials.finished(study)
+    before = trials.finished(study.get_trials(deepcopy=False))
     log.info("study %s in %s: %d of %d trials done", settings.study_name, url, before, settings.n_trials)
 
     returns, failures, waiting = [], 0, False
     while True:
-        trials.recover(study)  # between batches too: a search that shares the study may have been killed
-        others = trials.running(study)
-        left = settings.n_trials - trials.finished(study) - others
-        if left <= 0 and others:  # the budget is taken: stay until those trials end, or their search is gone
+        batch, others = next_batch(study, url, trial_space.distributions, settings.n_trials, settings.n_jobs)
+        if not batch and others:  # the budget is taken: stay until those trials end, or their search is gone
             if not waiting:
                 log.info("waiting for %d trials that other searches of this study are running", others)
             waiting = True
             time.sleep(WAIT)
             continue
-        if left <= 0:
+        if not batch:
             break
         waiting = False
-        with trials.quiet():
-            batch = [study.ask(trial_space.distributions) for _ in range(min(settings.n_jobs, left))]
         with trials.claimed(storage, study, batch):
             for trial, ret in _launch(sweeper, trial_space, batch):
                 state = _tell(study, trial.number, ret)
@@ -80,10 +76,23 @@ def search(sweeper, arguments: list[str]) -> list[Any]:
         if hasattr(study.sampler, "is_exhausted") and study.sampler.is_exhausted(study):
             log.info("every point of the grid has been tried")
             break
-    if trials.finished(study) == before:
+    if trials.finished(study.get_trials(deepcopy=False)) == before:
         log.info("nothing to do: raise hydra.sweeper.n_trials (now %d) to search further", settings.n_trials)
     results.write(study, trial_space, config, url)
     return returns
+
+
+def next_batch(study, url: str, distributions: dict, n_trials: int, n_jobs: int) -> tuple[list, int]:
+    """The trials to run next, and how many other searches of the study run now. Recovering (between batches too:
+    a search that shares the study may have been killed), counting and asking are one step under the SQLite
+    storage's lock, so two searches that look at once cannot both ask the budget's last trials. Other databases
+    have no such lock: there each search may run one batch beyond n_trials."""
+    with storages.locked(url):
+        listed = trials.recover(study)
+        others = trials.running(listed)
+        left = n_trials - trials.finished(listed) - others
+        with trials.quiet():
+            return [study.ask(distributions) for _ in range(min(n_jobs, left))], others
 
 
 def _launch(sweeper, trial_space, batch) -> list[tuple[Any, Any]]:

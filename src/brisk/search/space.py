@@ -111,6 +111,11 @@ def distribution(key: str, sweep: Any):
         last = sweep.start + (n - 1) * step
         if log and step != 1:
             raise BriskError(f"{key}: tag(log, range(...)) needs step 1; use tag(log, interval(...)) for floats.")
+        if log and sweep.start < 1:
+            raise BriskError(
+                f"{key}=tag(log, range({sweep.start}, {sweep.stop})): Optuna's log scale of whole numbers needs "
+                f"start >= 1. Use e.g. tag(log, range(1, {max(sweep.stop, 2)})), or drop tag(log, ...)."
+            )
         if all(isinstance(v, int) for v in (sweep.start, step)):
             return IntDistribution(sweep.start, last, log=log, step=1 if log else step)
         return FloatDistribution(sweep.start, last, step=step)

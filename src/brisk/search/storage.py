@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from brisk.errors import BriskError
-from brisk.rundir import nearest_existing
+from brisk.rundir import creatable, nearest_existing
 
 KEY = "hydra.sweeper.storage"
 SQLITE = "sqlite:///"
@@ -61,16 +61,18 @@ def open_checked(url: str, heartbeat: dict | None = None):
     if not url.startswith(SQLITE):
         return _usable(url, heartbeat)
     path = Path(url.removeprefix(SQLITE))
+    if not path.parent.is_dir():  # mkdir(parents=True) fails partway on a name too long, with folders made
+        creatable(path.parent, KEY)
     base = nearest_existing(path.parent)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BriskError(
-            f"{KEY}={url}: cannot create the folder {path.parent} ({e.strerror}). Use a storage in a folder you "
-            "can write to, or fix the permissions."
-        ) from None
-    try:
-        with _locked(path.parent):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # what no check foresees: a quota, a folder made or removed meanwhile
+            raise BriskError(
+                f"{KEY}={url}: cannot create the folder {path.parent} ({e.strerror}). Use a storage in a "
+                "folder you can write to."
+            ) from None
+        with locked(url):
             return _usable(url, heartbeat)
     except BriskError:
         if base != path.parent:
@@ -79,11 +81,16 @@ def open_checked(url: str, heartbeat: dict | None = None):
 
 
 @contextlib.contextmanager
-def _locked(folder: Path):
-    """Two searches that open a new SQLite file at once would both create Optuna's tables, and one fails
-    ("table ... already exists"). A lock on the folder itself serializes them and leaves no file behind."""
+def locked(url: str):
+    """Steps of the searches on one SQLite file, one at a time: a lock on the file's folder (which leaves no file
+    behind). Two searches that open a new file at once would both create Optuna's tables, and one fails ("table
+    ... already exists"); two that count the budget at once would both ask its last trial. Other databases get
+    no lock: there each search may ask one batch beyond the budget (brisk.search.loop)."""
+    if not url.startswith(SQLITE):
+        yield
+        return
     try:
-        fd = os.open(folder, os.O_RDONLY)
+        fd = os.open(Path(url.removeprefix(SQLITE)).parent, os.O_RDONLY)
     except OSError:  # a folder this user may not list: SQLite will say so, in the check that follows
         yield
         return

@@ -2,8 +2,8 @@
 
 Any number of searches may run on one study at once, on one machine or many. Each marks the trials it
 asks as its own and keeps their heartbeat (Optuna's, in the storage) while they run. A RUNNING trial
-whose search is gone is failed and its parameters are asked again: at once when its search ran on this
-machine and that process has died, otherwise once its heartbeat is GRACE seconds old.
+whose search is gone is failed and its parameters are asked again: at once when its search ran in this
+PID namespace (`machine`) and that process has died, otherwise once its heartbeat is GRACE seconds old.
 """
 
 from __future__ import annotations
@@ -50,8 +50,21 @@ def quiet():
         yield
 
 
+def machine() -> str | None:
+    """Where a pid names one process: this PID namespace of this boot of this machine. A hostname does not
+    tell: containers may share one, each with its own pids (a sweeper there is often PID 1), and the first
+    PID namespace has the same inode on every Linux machine. None where /proc does not say (macOS): then
+    every search is judged by its heartbeat."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return f"{socket.gethostname()}/{boot}/{namespace}"
+
+
 def owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{machine() or socket.gethostname()}:{os.getpid()}"
 
 
 @contextlib.contextmanager
@@ -85,14 +98,14 @@ def claimed(storage, study, batch):
         thread.join()
 
 
-def _gone(trial, now: datetime) -> bool:
-    """A RUNNING trial of another search whose process has died on this machine, or one that a killed search
-    asked and never marked. Searches elsewhere are judged by their heartbeat (`recover`)."""
+def _gone(trial, now: datetime, here: str | None) -> bool:
+    """A RUNNING trial of another search whose process has died in this PID namespace (`here`), or one that a
+    killed search asked and never marked. Searches elsewhere are judged by their heartbeat (`recover`)."""
     who = trial.user_attrs.get(OWNER)
     if who is None:
         return trial.datetime_start is not None and now - trial.datetime_start > timedelta(seconds=GRACE)
-    host, _, pid = who.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
+    where, _, pid = who.rpartition(":")
+    if here is None or where != here or not pid.isdigit():
         return False
     # None of this search's own trials runs when it looks, so its own pid is an earlier process's.
     return int(pid) == os.getpid() or _dead(int(pid))
@@ -111,38 +124,41 @@ def _dead(pid: int) -> bool:
         return False
 
 
-def recover(study) -> None:
-    """Fail the trials whose search is gone and enqueue their parameters to be asked again. Called between
-    batches, while none of this search's own trials is running."""
+def recover(study) -> list:
+    """Fail the trials whose search is gone and enqueue their parameters to be asked again; returns the study's
+    trials as they stand then, read once, less those failed here (they count neither way, as their retries do
+    not yet). Called between batches, while none of this search's own trials is running."""
     import optuna
     from optuna.trial import TrialState
 
     with quiet():
         optuna.storages.fail_stale_trials(study)  # the storage's callback, `retry`, enqueues each one
-    now = datetime.now()
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if not _gone(trial, now):
+    listed = study.get_trials(deepcopy=False)
+    now, here, taken = datetime.now(), machine(), set()
+    for trial in listed:
+        if trial.state != TrialState.RUNNING or not _gone(trial, now, here):
             continue
+        taken.add(trial.number)
         try:
             study.tell(trial.number, state=TrialState.FAIL)
         except (ValueError, optuna.exceptions.UpdateFinishedTrialError):  # another search failed it first
             continue
         retry(study, trial)
+    return [t for t in listed if t.number not in taken]
 
 
-def finished(study) -> int:
+def finished(listed: list) -> int:
     """Trials that count towards n_trials: complete, pruned, or failed, but not those a kill interrupted
     (they are asked again)."""
     from optuna.trial import TrialState
 
-    trials = study.get_trials(deepcopy=False)
-    retried = {t.user_attrs[RETRY_OF] for t in trials if RETRY_OF in t.user_attrs}
+    retried = {t.user_attrs[RETRY_OF] for t in listed if RETRY_OF in t.user_attrs}
     ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    return sum(t.state in ended and t.number not in retried for t in trials)
+    return sum(t.state in ended and t.number not in retried for t in listed)
 
 
-def running(study) -> int:
+def running(listed: list) -> int:
     """Trials running now; between batches, those of other searches. They count towards n_trials too."""
     from optuna.trial import TrialState
 
-    return len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+    return sum(t.state == TrialState.RUNNING for t in listed)
