@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
@@ -26,11 +25,10 @@ class BriskOptunaSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> Any:
-        from brisk.errors import BriskError
+        from brisk.errors import BriskError, refuse
         from brisk.search.loop import search
 
         try:
             return search(self, arguments)
         except BriskError as e:  # one line and status 2, as from every brisk entry point
-            print(f"brisk: error: {e}", file=sys.stderr, flush=True)
-            sys.exit(2)
+            refuse(e)
