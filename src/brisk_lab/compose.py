@@ -58,6 +58,12 @@ def run_child(extra: list[str], run_dir: Path, warmup: int, steps: int, timeout_
         raise BriskError(f"bench: `{' '.join(extra)}` ran past bench.timeout_s={timeout_s}; see {run_dir}.") from None
     result = run_dir / "bench.json"
     if proc.returncode != 0 or not result.is_file():
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise BriskError(f"bench: the run `{' '.join(extra)}` failed (exit {proc.returncode}):\n{tail}")
+        log_file = run_dir / "child.log"  # the child's whole output: the error stays one line
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        log_file.write_text(proc.stdout + proc.stderr)
+        last = next((line for line in reversed((proc.stdout + proc.stderr).splitlines()) if line.strip()), "")
+        raise BriskError(
+            f"bench: the run `{' '.join(extra)}` failed (exit {proc.returncode}): {last.strip()[:300]} "
+            f"(its output: {log_file})."
+        )
     return json.loads(result.read_text())["parts"]["fit"]

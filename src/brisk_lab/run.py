@@ -125,11 +125,6 @@ def markdown(results: dict) -> str:
 
 
 def draw(name: str, result: dict, run_dir: Path) -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        log.warning("matplotlib is not installed: no plots. pip install -e '.[plots]' adds it.")
-        return
     path = run_dir / f"{name}.png"
     if name == "pipeline":
         plots.pipeline(result, path)

@@ -1,7 +1,7 @@
 """Function calls per training step of a minimal Lightning fit, with automatic and with manual optimization.
 
-What manual optimization would save of Lightning's own loop (README, "Cost per step, by component"):
-    OMP_NUM_THREADS=1 python scripts/optimization_calls.py
+What manual optimization would save of Lightning's own loop (docs/measurements.md, "Cost per step, by component"):
+    OMP_NUM_THREADS=1 python -m brisk_lab.optimization_calls
 A count, not a clock: it reads the same on every run (brisk_lab.clock.CallCount).
 """
 
