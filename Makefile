@@ -23,7 +23,7 @@ demo: $(BIN)/brisk-train  ## short offline run on generated data
 	$(BIN)/brisk-train experiment=quickstart $(ARGS)
 
 test: $(VENV)/.dev  ## the test suite (CPU, under ~10 minutes on 2 cores)
-	$(BIN)/pytest -q $(ARGS)
+	$(BIN)/pytest -q --durations=15 $(ARGS)
 
 test-all: $(VENV)/.dev  ## also the tests marked slow
 	$(BIN)/pytest -q -m '' $(ARGS)
