@@ -6,14 +6,20 @@ the process boundary is the point.
 
 from __future__ import annotations
 
+import fcntl
+import gc
 import hashlib
 import json
 import logging
 import math
 import os
+import resource
+import shutil
+import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -23,10 +29,11 @@ import pytest
 import torch
 from PIL import Image
 
-from brisk.data import image_cache
-from brisk.data.images import scan
+from brisk.data import ImageFolderDataModule, image_cache
+from brisk.data.images import PILLOW_PIXELS, TRAINING, read_image, scan
 from brisk.errors import BriskError
-from conftest import read_summary, run_dir_of
+from brisk.predict import KEYS as PREDICT_KEYS
+from conftest import main_in_process, read_summary, run_dir_of
 from test_bad_data import assert_user_error
 from test_hostile import BASE, brisk_train, restore_logging, tree  # noqa: F401 (restore_logging: a fixture)
 from test_image_folder import folder, module, rgb, write
@@ -153,21 +160,25 @@ def _add(train: Path) -> None:
     write(train / "dog" / "9.png", rgb(78))
 
 
+def _source(train: Path) -> image_cache.Source:
+    """The split in `train` as ImageFolderDataModule hands it to the cache: listed now, and how to list it again."""
+
+    def listing():
+        return scan(train / "cat") + scan(train / "dog")
+
+    entries = listing()
+    return image_cache.Source(train, entries, [CLASSES.index(Path(p).parent.name) for p, _, _ in entries], listing)
+
+
 @pytest.mark.parametrize("change", [_rewrite, _remove, _add], ids=["rewritten", "removed", "added"])
 def test_a_folder_that_changes_while_it_is_decoded_gets_no_cache(change, tmp_path):
     """The folder changes after it was listed and before its last image is decoded: the cache would hold a
     state that never existed, keyed by one that no longer does. No cache is published."""
     folder(tmp_path, per_class=3, classes=CLASSES)
     train = tmp_path / "train"
-
-    def listing():
-        return scan(train / "cat") + scan(train / "dog")
-
-    entries = listing()
-    labels = [CLASSES.index(Path(p).parent.name) for p, _, _ in entries]
+    source = _source(train)
     change(train)
     cache_dir = tmp_path / "cache"
-    source = image_cache.Source(train, entries, labels, listing)
     with pytest.raises(BriskError, match=f"{train}: files there changed while brisk decoded them"):
         image_cache.build(cache_dir, "t", source, image_cache.Settings(32, False, 64_000_000))
     assert list(cache_dir.iterdir()) == []
@@ -271,6 +282,18 @@ def _values(*overrides: str, needles: tuple[str, ...]):
     return make
 
 
+def _links(*links: tuple[str, str], named: str):
+    """Symbolic links (path under train/, target) in class folders that lead back: the one at `named` is refused."""
+
+    def make(root: Path):
+        train = folder(root / "images", per_class=3, classes=CLASSES) / "train"
+        for path, target in links:
+            (train / path).symlink_to(target)
+        return image_args(root / "images"), (f"{train / named} is a symbolic link back", "Remove the link")
+
+    return make
+
+
 _mounted: list[Path] = []
 
 REFUSED = {
@@ -279,7 +302,13 @@ REFUSED = {
     "cache_larger_than_a_small_filesystem": _small_filesystem,
     "filesystem_full_while_the_cache_is_written": _fills_while_written,
     "image_declares_60000x60000": _declared_bomb,
-    "max_pixels_zero": _values("data.max_pixels=0", needles=("data.max_pixels=0", ">= 1")),
+    "max_pixels_zero": _values("data.max_pixels=0", needles=("data.max_pixels=0", "in 1..")),
+    "max_pixels_above_pillows_own": _values(
+        f"data.max_pixels={PILLOW_PIXELS + 1}", needles=(f"data.max_pixels={PILLOW_PIXELS + 1}", f"1..{PILLOW_PIXELS}")
+    ),
+    "link_to_the_folder_above": _links(("cat/up", ".."), named="cat/up"),
+    "link_to_itself": _links(("cat/me.png", "me.png"), named="cat/me.png"),
+    "links_between_class_folders": _links(("cat/dogs", "../dog"), ("dog/cats", "../cat"), named="cat/dogs/cats"),
     "skip_bad_not_bool": _values("data.skip_bad=maybe", needles=("data.skip_bad='maybe'", "true or false")),
 }
 
@@ -297,6 +326,174 @@ def test_refused_with_one_line(case, project, capsys, monkeypatch, restore_loggi
     assert_user_error(proc, *needles)
     after.pop("images/.brisk-cache", None)  # an empty folder may stay; anything in it would be listed here
     assert after == before, "a refused run left a cache, a temporary folder or a run directory behind"
+
+
+def test_links_that_do_not_loop_are_followed(tmp_path):
+    folder(tmp_path, per_class=2, classes=CLASSES)
+    elsewhere = folder(tmp_path / "elsewhere", per_class=1, classes=("more",), seed=60) / "train" / "more"
+    for name in CLASSES:  # one folder reached twice, from two classes: not a loop
+        (tmp_path / "train" / name / "more").symlink_to(elsewhere)
+    dm = module(tmp_path)
+    assert sorted(dm.read("train")[1].tolist()) == [0, 0, 0, 1, 1, 1]
+    assert sum(Path(f).parent.name == "more" for f in dm.files("train")) == 2
+
+
+@pytest.mark.parametrize("value", [0, PILLOW_PIXELS + 1, 1.5, True, "many"])
+def test_max_pixels_is_checked_where_the_datamodule_is_built(value, tmp_path):
+    """Built without brisk-train's config checks (a script, brisk-eval of a saved config): the same rule."""
+    with pytest.raises(BriskError, match=f"data.max_pixels={value} must be a whole number in 1..{PILLOW_PIXELS}"):
+        ImageFolderDataModule(root=str(tmp_path), max_pixels=value)
+
+
+# case: (declared width and height, max_pixels, the settings named, what the line holds, what it must not hold)
+FIXES = {
+    "over_pillows_own_bound": (
+        (60000, 60000),
+        64_000_000,
+        TRAINING,
+        f"declares more than {PILLOW_PIXELS} pixels, more than data.max_pixels=64000000. Shrink or delete the file, "
+        "or set data.skip_bad=true to leave such images out.",
+        "raise",  # no setting lifts Pillow's bound
+    ),
+    "over_max_pixels": (
+        (100, 100),
+        5000,
+        TRAINING,
+        "declares 100 x 100 pixels, more than data.max_pixels=5000. Shrink or delete the file, raise "
+        "data.max_pixels, or set data.skip_bad=true to leave such images out.",
+        None,
+    ),
+    "over_predicts_max_pixels": (
+        (100, 100),
+        5000,
+        PREDICT_KEYS,
+        "declares 100 x 100 pixels, more than max_pixels=5000. Shrink or delete the file, or raise max_pixels.",
+        "data.",  # brisk-predict has neither data.max_pixels nor data.skip_bad
+    ),
+}
+
+
+@pytest.mark.parametrize("case", FIXES)
+def test_a_refused_image_names_only_fixes_that_help(case, tmp_path):
+    (width, height), max_pixels, keys, message, absent = FIXES[case]
+    path = declared_png(tmp_path / "x.png", width, height)
+    with pytest.raises(BriskError) as refused:
+        read_image(path, 32, max_pixels, keys)
+    assert str(refused.value) == f"{path}: {message}"
+    assert absent is None or absent not in str(refused.value)
+
+
+def test_predict_bounds_the_pixels_of_a_run_that_has_no_such_setting(project, finished_run, capsys):
+    """finished_run trained on synthetic data, whose DataModule has no max_pixels: predict's own bound holds."""
+    inputs = project / "inputs"
+    write(inputs / "fine.png", rgb(1))
+    large = declared_png(inputs / "large.png", 9000, 9000)  # 81 MP: under Pillow's bound, 243 MB decoded
+    args = [f"ckpt_path={finished_run / 'checkpoints' / 'last.ckpt'}", f"inputs={inputs}", f"hydra.run.dir={project}/o"]
+    capsys.readouterr()
+    status = main_in_process("predict", args, project)
+    out = capsys.readouterr()
+    line = assert_user_error(
+        subprocess.CompletedProcess(args, status, out.out, out.err),
+        f"{large}: declares 9000 x 9000 pixels, more than max_pixels=64000000",
+        "raise max_pixels.",
+    )
+    assert "skip_bad" not in line and not (project / "o" / "predictions.csv").exists()
+
+
+# --- the disk the cache is written to --------------------------------------------------------------------
+
+
+def test_a_file_size_limit_is_not_reported_as_a_full_disk(tmp_path):
+    """RLIMIT_FSIZE (`ulimit -f`) in this process, as FAT32's 4 GB per file would: write() fails with EFBIG
+    (SIGXFSZ ignored, as a shell's ulimit leaves it to the program), and freeing space would not help."""
+    folder(tmp_path / "images", per_class=1, classes=CLASSES)  # 2 images: 6144 bytes
+    source, cache_dir = _source(tmp_path / "images" / "train"), tmp_path / "cache"
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+    try:
+        with pytest.raises(BriskError) as refused:
+            image_cache.build(cache_dir, "t", source, image_cache.Settings(32, False, 64_000_000))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+    message = str(refused.value)
+    assert message.startswith(f"data.cache_dir={cache_dir}: its filesystem cannot hold a file of 6.1 KB")
+    assert "another filesystem" in message and "ulimit -f" in message and "free some space" not in message.lower()
+    assert list(cache_dir.iterdir()) == []
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real filesystem of 1 MB (see _tmpfs); unmounted after the test, once nothing maps its files."""
+    cache = _tmpfs(tmp_path)
+    yield cache
+    gc.collect()  # a DataModule's memory-mapped images would keep the filesystem busy
+    while _mounted:
+        subprocess.run(["umount", "--lazy", str(_mounted.pop())], check=True)
+
+
+SETTINGS_300 = image_cache.Settings(300, False, 64_000_000)  # 2 images: 540000 bytes, half of small_fs
+
+
+def test_a_build_measures_free_space_once_it_holds_the_lock(small_fs, tmp_path, caplog):
+    """Run A holds the lock and has reserved its 540 KB of the 1 MB; run B needs the same cache. B waits for the
+    lock, then uses what A published: measured before the lock, the space A took would have refused B."""
+    folder(tmp_path / "images", per_class=1, classes=CLASSES)
+    source = _source(tmp_path / "images" / "train")
+    reference, _ = image_cache.build(tmp_path / "reference", "t", source, SETTINGS_300)
+    lock = os.open(small_fs, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # run A
+    try:
+        staging = small_fs / f".{reference.name}.partial"
+        staging.mkdir()
+        with open(staging / "images.u8", "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, 2 * SETTINGS_300.image_bytes)
+        result = []
+        b = threading.Thread(target=lambda: result.append(_attempt(small_fs, source)))
+        caplog.clear()  # the reference build's lines
+        with caplog.at_level(logging.INFO, logger="brisk"):
+            b.start()
+            deadline = time.monotonic() + 60
+            while b.is_alive() and not any("waiting for it" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            shutil.rmtree(staging)  # A publishes its cache and lets go of the lock
+            shutil.copytree(reference, small_fs / reference.name)
+            os.close(lock)
+            lock = None
+            b.join(60)
+    finally:
+        if lock is not None:
+            os.close(lock)
+    (got,) = result
+    assert not isinstance(got, BriskError), str(got)
+    assert got[0] == small_fs / reference.name
+    assert not any("images decoded at" in r.getMessage() for r in caplog.records)
+
+
+def _attempt(cache_dir: Path, source: image_cache.Source):
+    try:
+        return image_cache.build(cache_dir, "t", source, SETTINGS_300)
+    except BriskError as e:
+        return e
+
+
+def test_a_damaged_cache_gives_its_space_to_the_one_that_replaces_it(small_fs, tmp_path, caplog):
+    """Of the 1 MB, a damaged cache takes 540 KB and its replacement needs as much: there is room, once the
+    damaged one is removed first."""
+    folder(tmp_path, per_class=1, classes=CLASSES)
+    first = module(tmp_path, cache_dir=str(small_fs), image_size=300)
+    images = first.read("train")[0].clone()
+    (cache,) = small_fs.iterdir()
+    del first
+    gc.collect()  # its memory map would keep the damaged file's pages after the file is removed
+    _meta(lambda m: m["labels"].reverse())(cache)
+    with caplog.at_level(logging.INFO, logger="brisk"):
+        again = module(tmp_path, cache_dir=str(small_fs), image_size=300)
+    (line,) = warnings_of(caplog)
+    assert "the image cache is damaged" in line and "'labels' do not match" in line
+    assert torch.equal(again.read("train")[0], images) and [p.name for p in small_fs.iterdir()] == [cache.name]
 
 
 # --- two runs build one cache at once -----------------------------------------------------------------
@@ -348,3 +545,18 @@ def test_two_runs_that_build_one_cache_at_once_decode_it_once(tmp_path, caplog):
     here = sum("images decoded at" in r.getMessage() for r in caplog.records)
     assert sorted([here, err.count("images decoded at")]) == [0, 1], err[-2000:]
     assert [p.name.startswith(".") for p in (tmp_path / "images" / ".brisk-cache").iterdir()] == [False]
+
+
+def test_a_png_with_fewer_rows_than_it_declares_does_not_kill_the_process(tmp_path):
+    """A 1 KB crafted PNG whose complete zlib stream holds 4 of the 100 rows it declares: torchvision's libpng path
+    kills the process (SIGSEGV). Pillow reads it as it reads any PNG that ends early, its missing rows black; a
+    PNG cut short inside its data stays a bad file."""
+    path = declared_png(tmp_path / "short.png", 100, 100)
+    image = read_image(path, 32, 64_000_000)
+    assert image.shape == (3, 32, 32) and image.dtype == torch.uint8
+    cut = tmp_path / "cut.png"
+    png = tmp_path / "whole.png"
+    Image.fromarray(rgb(1)).save(png)
+    cut.write_bytes(png.read_bytes()[: png.stat().st_size // 2])
+    with pytest.raises(BriskError, match=rf"{cut}: cannot read this image"):
+        read_image(cut, 32, 64_000_000)

@@ -16,6 +16,7 @@ import pytest
 import torch
 from torchvision.io import write_png
 
+from brisk.data.images import PILLOW_PIXELS
 from conftest import FINISHED, main_in_process
 from project_copy import clean_env, copy_project
 from test_bad_data import assert_user_error
@@ -33,6 +34,12 @@ CASES = {
     "predict_top_k_word": ("predict", [*PREDICT, "top_k=two"], ("top_k='two'", "whole number >= 1")),
     "predict_seed_negative": ("predict", [*PREDICT, "seed=-1"], ("seed=-1", "0..2**32-1")),
     "predict_inputs_empty": ("predict", [*PREDICT, "inputs="], ("inputs is empty",)),
+    "predict_max_pixels_zero": ("predict", [*PREDICT, "max_pixels=0"], ("max_pixels=0", f"in 1..{PILLOW_PIXELS}")),
+    "predict_max_pixels_above_pillows_own": (
+        "predict",
+        [*PREDICT, f"max_pixels={PILLOW_PIXELS + 1}"],
+        (f"max_pixels={PILLOW_PIXELS + 1}", f"in 1..{PILLOW_PIXELS}"),
+    ),
     "predict_link_to_its_folder": (
         "predict",
         [*PREDICT, "inputs={root}/loop_dir"],

@@ -14,6 +14,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from brisk import compat
+from brisk.data.images import PILLOW_PIXELS
 from brisk.errors import BriskError
 from brisk.models.classifier import check_optimizer
 
@@ -21,6 +22,8 @@ from brisk.models.classifier import check_optimizer
 CKPT_KEYWORDS = ("last", "hpc")
 INT, NUM, BOOL = "a whole number", "a number", "true or false"
 _ABSENT = object()
+# An image that declares more pixels (width x height) is a bad file; above Pillow's own bound the setting does nothing.
+MAX_PIXELS = (INT, lambda v: 1 <= v <= PILLOW_PIXELS, f"in 1..{PILLOW_PIXELS}", ())
 # key: (kind, test, what the test asks, other values allowed). A key absent from the config (another
 # model, another dataset) is skipped.
 VALUES = {
@@ -35,7 +38,7 @@ VALUES = {
     "data.val_size": (NUM, lambda v: v >= 0, ">= 0", ()),  # a number of images or a share (image_folder: 0.1)
     "data.split_seed": (INT, lambda v: v >= 0, ">= 0", ()),
     "data.skip_bad": (BOOL, None, "", ()),
-    "data.max_pixels": (INT, lambda v: v >= 1, ">= 1", ()),  # image_folder: width x height above it is a bad file
+    "data.max_pixels": MAX_PIXELS,  # image_folder's
     "data.augment.crop_pad": (INT, lambda v: 0 <= v <= 32, "in 0..32", ()),
     "data.augment.cutout_size": (INT, lambda v: 0 <= v <= 32, "in 0..32", ()),
     "data.augment.flip": (BOOL, None, "", ()),
@@ -57,6 +60,7 @@ VALUES = {
 PREDICT = {
     "top_k": (INT, lambda v: v >= 1, ">= 1", ()),
     "batch_size": (INT, lambda v: v >= 1, ">= 1", ()),
+    "max_pixels": MAX_PIXELS,
 }
 EXPORT = {
     "export.tolerance": (NUM, lambda v: v >= 0, ">= 0", ()),

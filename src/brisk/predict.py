@@ -9,8 +9,8 @@ by the run's own DataModule, with the statistics its checkpoint holds.
 from __future__ import annotations
 
 import csv
-import errno
 import glob
+from collections.abc import Iterable
 from pathlib import Path
 
 import lightning as L
@@ -23,16 +23,18 @@ from torch.utils.data import DataLoader, TensorDataset
 from brisk import checks, restore
 from brisk.builder import build_datamodule, build_trainer
 from brisk.cli import entry_point
-from brisk.data.images import EXTENSIONS, list_images, prepare_images
+from brisk.data.images import EXTENSIONS, Keys, list_images, loop_error, prepare_images
 from brisk.errors import BriskError
 from brisk.onnx_export import normalization, published
+
+KEYS = Keys(max_pixels="max_pixels", skip_bad=None)  # predict's own bound; it has no setting to skip a file
 
 
 def find_inputs(inputs: str) -> list[Path]:
     """The image files `inputs` names: a folder (recursively), one file, or a glob; sorted by path.
 
-    A symbolic link back into its own folder is refused, named: listing a folder through it ends in ELOOP, and a
-    `**` glob follows it 40 levels deep, the same images again on each."""
+    A symbolic link back to a folder that holds it is refused, named: listing a folder refuses it (images.scan),
+    and a `**` glob, which follows it 40 levels deep and finds the same images on each, is checked here."""
     if not inputs.strip():  # Path("") is the current folder: everything below it would be predicted
         raise BriskError("inputs is empty. Give a folder, an image file or a glob, e.g. inputs=images/.")
     path = Path(inputs)
@@ -44,12 +46,12 @@ def find_inputs(inputs: str) -> list[Path]:
         else:
             found = sorted(Path(p) for p in glob.glob(inputs, recursive=True) if p.lower().endswith(EXTENSIONS))
             found = [p for p in found if p.is_file()]
+            if link := _looping_link({p.parent for p in found}):
+                raise loop_error(link)
+    except BriskError as e:
+        raise BriskError(f"inputs={inputs}: {e}") from None
     except OSError as e:
-        link = looping_link(Path(e.filename or inputs)) if e.errno == errno.ELOOP else None
-        message = _loop(inputs, link) if link else f"inputs={inputs}: cannot read {e.filename} ({e.strerror})."
-        raise BriskError(message) from None
-    if link := next(filter(None, map(looping_link, sorted({p.parent for p in found}))), None):
-        raise BriskError(_loop(inputs, link))
+        raise BriskError(f"inputs={inputs}: cannot read {e.filename} ({e.strerror}).") from None
     if not found:
         raise BriskError(
             f"inputs={inputs}: no image files there. Give a folder, an image file or a glob "
@@ -58,27 +60,12 @@ def find_inputs(inputs: str) -> list[Path]:
     return found
 
 
-def _loop(inputs: str, link: Path) -> str:
-    return (
-        f"inputs={inputs}: {link} is a symbolic link back into its own folder (or to itself), so the images below "
-        "it would be listed without end. Remove the link, or point inputs at the images without it."
-    )
-
-
-def looping_link(path: Path) -> Path | None:
-    """The first symbolic link on `path` that points to itself or to a folder above it, or None."""
-    for part in [*reversed(path.parents), path]:
-        if not part.is_symlink():
-            continue
-        try:
-            target = part.resolve(strict=True)
-        except RuntimeError:  # Python 3.11's "Symlink loop" (3.13 raises OSError ELOOP)
-            return part
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                return part
-            continue  # a link to nothing: not a loop
-        if part.parent.resolve().is_relative_to(target):
+def _looping_link(folders: Iterable[Path]) -> Path | None:
+    """The first symbolic link among `folders` (which hold files, so each resolves) and the folders above them
+    that points to a folder above it, or None. Each is checked once: a glob through a loop finds files 40 levels
+    deep."""
+    for part in sorted({above for folder in folders for above in (folder, *folder.parents)}):
+        if part.is_symlink() and part.parent.resolve().is_relative_to(part.resolve()):
             return part
     return None
 
@@ -155,8 +142,8 @@ def predict(cfg: DictConfig) -> Path:
     run_cfg, model, checkpoint = restore.load_run(cfg)
     data = build_datamodule(run_cfg)
     data.mean, data.std, _ = normalization(checkpoint, data)
-    # a file it cannot read, or one over the run's data.max_pixels, stops it here, named
-    images = prepare_images(paths, data.image_size, data.hparams.get("max_pixels"))
+    # a file it cannot read, or one over max_pixels, stops it here, named
+    images = prepare_images(paths, data.image_size, cfg.max_pixels, KEYS)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     writer = CsvWriter(run_dir, list(model.hparams.class_names), cfg.top_k)
     trainer = build_trainer(run_cfg, extra_callbacks=[writer])

@@ -15,10 +15,8 @@ from pathlib import Path
 
 CHANNELS = 3
 KINDS = {
-    "version": int,
     "key": str,
     "count": int,
-    "image_size": int,
     "labels": list,
     "files": list,
     "skipped": list,
@@ -30,11 +28,11 @@ WORDS = {int: "whole number", str: "string", list: "list"}
 
 @dataclass(frozen=True)
 class Expected:
-    """What a cache of one split must hold: its key, its settings, and the listing it was decoded from."""
+    """What a cache of one split must hold: its key (of the layout version, the settings and the listing), the
+    bytes of one decoded image, and the listing it was decoded from."""
 
     key: str
-    version: int
-    image_size: int
+    image_bytes: int
     skip_bad: bool
     files: list[str]  # every image of the split, in listing order
     labels: list[int]  # the label of each of `files`, from its class folder
@@ -59,10 +57,8 @@ def _problem(meta, expected: Expected, data_bytes: int) -> str | None:
             return f"meta.json has no {name!r}"
         if not isinstance(meta[name], kind) or isinstance(meta[name], bool):
             return f"meta.json: {name!r} is not a {WORDS[kind]}"
-    if meta["version"] != expected.version:
-        return f"meta.json: written by another version of the cache layout ({meta['version']})"
-    if meta["key"] != expected.key or meta["image_size"] != expected.image_size:
-        return "meta.json belongs to another folder listing or image size"
+    if meta["key"] != expected.key:
+        return "meta.json belongs to another folder listing, image size or version of brisk's cache"
     files, labels, skipped = meta["files"], meta["labels"], meta["skipped"]
     if not meta["count"] == len(files) == len(labels) or not files:
         return f"meta.json: 'count' {meta['count']}, {len(files)} files and {len(labels)} labels do not agree"
@@ -81,7 +77,7 @@ def _problem(meta, expected: Expected, data_bytes: int) -> str | None:
     mean, std = meta["mean"], meta["std"]
     if not _per_channel(mean, 0, 255) or not _per_channel(std, 0, 255) or min(std) <= 0:
         return "meta.json: 'mean' and 'std' must be 3 finite numbers in 0..255 each, and every std above 0"
-    size = meta["count"] * CHANNELS * expected.image_size**2
+    size = meta["count"] * expected.image_bytes
     if data_bytes != size:
         return f"images.u8 holds {data_bytes} bytes, {size} expected"
     return None

@@ -9,10 +9,12 @@ decoded again.
 Building: one at a time per `data.cache_dir`, under an flock on that folder, so two runs that need the
 same cache decode it once and both use it. The folder is built as `.<name>-<key>.partial` and renamed
 into place, so a reader finds all of it or none of it; one that a killed build left is removed by the
-next build. The space for the pixels is reserved before the first image is decoded, and they are
-written with write(), not through a memory map: a full disk is one error naming data.cache_dir, where a
-store into a memory-mapped page the disk has no room for is a SIGBUS. The image folder is listed again
-when the pixels are written: a cache is only published for a listing that held from start to end.
+next build. The free space is measured under the lock, counting the folders the build removes first (a
+killed build's, a damaged cache), and the space for the pixels is reserved before the first image is
+decoded; they are written with write(), not through a memory map: a full disk is one error naming
+data.cache_dir, where a store into a memory-mapped page the disk has no room for is a SIGBUS. The image
+folder is listed again when the pixels are written: a cache is only published for a listing that held from
+start to end.
 
 Memory-mapped, a split larger than RAM still trains (at disk speed), and DDP ranks on one node
 share the page cache instead of holding a copy each.
@@ -43,7 +45,7 @@ from brisk.errors import BriskError
 log = logging.getLogger("brisk")
 VERSION = 2  # bump when the layout or the preparation of images changes
 PROGRESS_EVERY_S = 2.0
-NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 Entries = list[tuple[str, int, int]]  # (path, size, mtime_ns) per file: images.scan
 
 
@@ -100,20 +102,14 @@ class _Progress:
         return self.done / max(time.perf_counter() - self.start, 1e-9)
 
 
-def _map(path: Path, count: int, image_size: int) -> torch.Tensor:
-    size = count * 3 * image_size * image_size
+def _map(path: Path, count: int, settings: Settings) -> torch.Tensor:
+    size, side = count * settings.image_bytes, settings.image_size
     # shared=False: a private mapping; pages are read on first use and shared with other readers of the file
-    return torch.from_file(str(path), shared=False, size=size, dtype=torch.uint8).view(count, 3, image_size, image_size)
+    return torch.from_file(str(path), shared=False, size=size, dtype=torch.uint8).view(count, 3, side, side)
 
 
 def _size(n: float) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
-
-
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} KB"
 
 
 def _no_room(cache_dir: Path, what: str) -> BriskError:
@@ -122,12 +118,32 @@ def _no_room(cache_dir: Path, what: str) -> BriskError:
     )
 
 
+def _bytes_on_disk(folder: Path) -> int:
+    """The space the files under `folder` take (links not followed): what removing it gives back."""
+    return sum(os.lstat(os.path.join(parent, f)).st_blocks * 512 for parent, _, files in os.walk(folder) for f in files)
+
+
+def _check_room(cache_dir: Path, source: Source, needed: int, removed: list[Path]) -> None:
+    """Refuse before anything is written or decoded if `cache_dir` cannot take `needed` bytes once the folders
+    `removed` (a killed build's, a damaged cache) are gone. Under the build lock: a build that holds it has
+    already reserved its space, and this one may only have to wait for it."""
+    free = shutil.disk_usage(cache_dir).free + sum(map(_bytes_on_disk, removed))
+    if free < needed:
+        raise _no_room(cache_dir, f"the image cache of {source.folder} needs {_size(needed)}, {_size(free)} is free")
+
+
 @contextlib.contextmanager
 def _writing(cache_dir: Path, source: Source, needed: int) -> Iterator[None]:
     """Any failure to write into `cache_dir` as one BriskError that names data.cache_dir."""
     try:
         yield
     except OSError as e:
+        if e.errno == errno.EFBIG:  # FAT32 and exFAT stop at 4 GB a file, and `ulimit -f` at what it says
+            raise BriskError(
+                f"data.cache_dir={cache_dir}: its filesystem cannot hold a file of {_size(needed)}, the image cache "
+                f"of {source.folder} (or a limit on file sizes, ulimit -f, forbids it). Set data.cache_dir to a "
+                "folder on another filesystem."
+            ) from None
         if e.errno in NO_ROOM:  # the disk filled up after the check of its free space
             raise _no_room(
                 cache_dir, f"the disk filled up while the image cache of {source.folder} ({_size(needed)}) was written"
@@ -212,12 +228,10 @@ def _fill(folder: Path, cache_key: str, source: Source, settings: Settings, labe
         raise error
     if not kept_labels:
         raise BriskError(f"{label}: none of its {len(source.files)} images could be read (first: {skipped[0]}).")
-    mean, std = splits.channel_stats(_map(folder / "images.u8", len(kept_labels), settings.image_size))
+    mean, std = splits.channel_stats(_map(folder / "images.u8", len(kept_labels), settings))
     meta = {
-        "version": VERSION,
         "key": cache_key,
         "count": len(kept_labels),
-        "image_size": settings.image_size,
         "labels": kept_labels,
         "files": kept_files,
         "skipped": skipped,
@@ -229,17 +243,21 @@ def _fill(folder: Path, cache_key: str, source: Source, settings: Settings, labe
     return meta
 
 
+def _removed(cache_dir: Path, name: str, final: Path) -> list[Path]:
+    """What a build of `final` removes before it writes: a killed build's temporary folders (none runs now: this
+    one holds the lock), and `final` itself if it is there (a damaged cache: cache_meta.read said why)."""
+    return [*_ours(cache_dir, f".{name}", ".partial"), *([final] if final.exists() else [])]
+
+
 def _publish(cache_dir: Path, name: str, cache_key: str, source: Source, settings: Settings) -> dict:
     """Decode `source` into `.<name>-<key>.partial`, then rename that to `<name>-<key>`. Under the build lock."""
-    for stale in _ours(cache_dir, f".{name}", ".partial"):  # a killed build's: none runs now, this one holds the lock
-        shutil.rmtree(stale, ignore_errors=True)
     final = cache_dir / f"{name}-{cache_key}"
+    for old in _removed(cache_dir, name, final):  # first, so the new cache has their space
+        shutil.rmtree(old, ignore_errors=True)
     staging = cache_dir / f".{final.name}.partial"
     staging.mkdir()
     try:
         meta = _fill(staging, cache_key, source, settings, name)
-        if final.exists():  # a damaged cache: cache_meta.read said why
-            shutil.rmtree(final)
         staging.rename(final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -257,16 +275,11 @@ def build(cache_dir: Path, name: str, source: Source, settings: Settings) -> tup
     fails its checks."""
     cache_key = key(source.entries, settings)
     final = cache_dir / f"{name}-{cache_key}"
-    expected = cache_meta.Expected(
-        cache_key, VERSION, settings.image_size, settings.skip_bad, source.files, source.labels
-    )
+    expected = cache_meta.Expected(cache_key, settings.image_bytes, settings.skip_bad, source.files, source.labels)
     meta, _ = cache_meta.read(final, expected)
     if meta is not None:
         return final, meta
     needed = len(source.files) * settings.image_bytes  # images.u8; meta.json is small beside it
-    free = shutil.disk_usage(_nearest_existing(cache_dir)).free
-    if free < needed:  # before anything is written or decoded
-        raise _no_room(cache_dir, f"the image cache of {source.folder} needs {_size(needed)}, {_size(free)} is free")
     with _writing(cache_dir, source, needed):
         cache_dir.mkdir(parents=True, exist_ok=True)
         with _locked(cache_dir):
@@ -275,10 +288,12 @@ def build(cache_dir: Path, name: str, source: Source, settings: Settings) -> tup
                 return final, meta
             if problem:
                 log.warning("%s: the image cache is damaged (%s); decoding %s again", final, problem, source.folder)
+            _check_room(cache_dir, source, needed, _removed(cache_dir, name, final))
             return final, _publish(cache_dir, name, cache_key, source, settings)
 
 
-def load(folder: Path, meta: dict) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """(memory-mapped uint8 images, labels, meta) of a cache folder and the meta.json `build` checked."""
-    images = _map(folder / "images.u8", meta["count"], meta["image_size"])
+def load(folder: Path, meta: dict, settings: Settings) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(memory-mapped uint8 images, labels, meta) of a cache folder and the meta.json `build` checked against
+    `settings`."""
+    images = _map(folder / "images.u8", meta["count"], settings)
     return images, torch.tensor(meta["labels"], dtype=torch.int64), meta

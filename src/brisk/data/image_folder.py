@@ -19,7 +19,7 @@ import torch
 
 from brisk.data import image_cache
 from brisk.data.base import TensorDataModule
-from brisk.data.images import EXTENSIONS, scan
+from brisk.data.images import EXTENSIONS, PILLOW_PIXELS, scan
 from brisk.errors import BriskError
 
 log = logging.getLogger("brisk")
@@ -50,6 +50,10 @@ class ImageFolderDataModule(TensorDataModule):
             raise BriskError("data.root is not set: brisk-train data=image_folder data.root=<folder with train/ in it>")
         if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
             raise BriskError(f"data.image_size={image_size} must be a whole number of pixels >= 1, e.g. 32.")
+        if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or not 1 <= max_pixels <= PILLOW_PIXELS:
+            raise BriskError(  # above Pillow's own bound the setting would do nothing
+                f"data.max_pixels={max_pixels} must be a whole number in 1..{PILLOW_PIXELS}, e.g. 64000000."
+            )
         self._folders: dict[str, tuple[Path, dict] | None] = {}
         self._loaded: dict[str, tuple[torch.Tensor, torch.Tensor, dict] | None] = {}
 
@@ -82,6 +86,10 @@ class ImageFolderDataModule(TensorDataModule):
     @property
     def image_size(self) -> int:
         return self.hparams.image_size
+
+    @property
+    def settings(self) -> image_cache.Settings:
+        return image_cache.Settings(self.hparams.image_size, self.hparams.skip_bad, self.hparams.max_pixels)
 
     def _listing(self, split: str) -> tuple[list[tuple[str, int, int]], list[int]] | None:
         """(path, size, mtime_ns) of each image of the split, and its label; None if there is no such folder."""
@@ -127,8 +135,7 @@ class ImageFolderDataModule(TensorDataModule):
             where = hashlib.sha1(str(self.root.resolve()).encode()).hexdigest()[:6]
             name = f"{self.root.resolve().name}-{where}-{split}"
             source = image_cache.Source(self.root / split, entries, labels, partial(self._entries, split))
-            settings = image_cache.Settings(self.hparams.image_size, self.hparams.skip_bad, self.hparams.max_pixels)
-            self._folders[split] = image_cache.build(self.cache_dir, name, source, settings)
+            self._folders[split] = image_cache.build(self.cache_dir, name, source, self.settings)
         return self._folders[split]
 
     def prepare_data(self) -> None:
@@ -139,7 +146,7 @@ class ImageFolderDataModule(TensorDataModule):
     def _load(self, split: str) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
         if split not in self._loaded:
             cached = self._cache(split)
-            self._loaded[split] = None if cached is None else image_cache.load(*cached)
+            self._loaded[split] = None if cached is None else image_cache.load(*cached, self.settings)
             if cached is not None and (skipped := self._loaded[split][2]["skipped"]):
                 log.warning(
                     "data.skip_bad: left out %d unreadable image(s) of %s/, e.g. %s", len(skipped), split, skipped[0]
