@@ -238,7 +238,7 @@ def test_cli_writes_json_table_and_plots(brisk_root):
     assert result["machine"]["cpu_count"] >= 1 and result["command"].startswith("brisk-bench data=synthetic")
 
 
-def test_an_entry_point_of_its_own_checks_its_groups_and_brisks():
+def test_an_entry_point_of_its_own_checks_its_groups_and_those_of_brisk():
     """brisk-bench composes from the lab's conf/ with brisk's on its search path: options of both are options."""
     assert unknown_group_option(["model=nil", "preset=quick", "optimizer=sgd"], CONFIG_PATH) is None
     assert "no such option" in unknown_group_option(["preset=nope"], CONFIG_PATH)
