@@ -197,6 +197,7 @@ def test_every_lever_value_of_every_preset_composes(preset, brisk_root):
         compose_bench([*base, f"model={model}", *bench.overhead.overrides], brisk_root)
 
 
+@pytest.mark.slow  # the whole lab end to end (~40 s); its parts are tested in process above
 def test_cli_writes_json_table_and_plots(brisk_root):
     # A lever of its own, run in a child process like the devices lever, to cover that path too.
     child = "+bench.levers.child={subprocess: true, key: data.batch_size, values: [50]}"

@@ -515,6 +515,7 @@ print(hashlib.sha256(images.numpy().tobytes() + bytes(labels.tolist())).hexdiges
 """
 
 
+@pytest.mark.slow  # a second real process (~6-19 s); the lock's in-process cases stay in the suite
 def test_two_runs_that_build_one_cache_at_once_decode_it_once(tmp_path, caplog):
     """A real second process (an flock is per open file, across processes) and this one start building the same
     cache at the same moment: one decodes, the other waits and uses what it made."""

@@ -121,6 +121,7 @@ importlib.import_module("{PACKAGE}.train").main()
 """
 
 
+@pytest.mark.slow  # a copy of the project, a venv and a 1-epoch run (~20 s)
 @needs_lab
 def test_removing_the_lab_folder_and_its_line_leaves_a_working_template(tmp_path, project):
     root = copy_project(tmp_path / "copy")

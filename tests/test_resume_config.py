@@ -82,6 +82,7 @@ def _with_step_schedule(finished_run: Path, run: Path) -> None:
     OmegaConf.save(saved, run / ".hydra" / "config.yaml")
 
 
+@pytest.mark.slow  # a real epoch in bf16-true (~14 s); the warning itself is checked in process below
 def test_a_resume_may_move_to_another_precision_and_says_so(finished_run, tmp_path, brisk_root):
     """A real resume into bf16-true (16-bit weights and optimizer state) trains on and names the change."""
     run = tmp_path / "run"
@@ -98,12 +99,13 @@ def test_a_resume_may_move_to_another_precision_and_says_so(finished_run, tmp_pa
 def test_a_resume_onto_other_devices_says_so(finished_run, tmp_path, brisk_root, caplog):
     run = tmp_path / "run"
     _with_step_schedule(finished_run, run)
-    overrides = ["scheduler=step", "trainer.max_epochs=2", "strategy=ddp", "trainer.devices=2", "trainer.num_nodes=1"]
+    overrides = ["scheduler=step", "trainer.max_epochs=2", "strategy=ddp", "trainer.devices=2", "precision=bf16-true"]
     cfg = compose_cfg([*FINISHED, *overrides], brisk_root)
     from brisk import resume_check
 
     assert not resume_check.nothing_to_do(cfg, str(run / "checkpoints" / "last.ckpt"), run)
     assert "trainer.strategy: auto -> ddp" in caplog.text and "trainer.devices: 1 -> 2" in caplog.text
+    assert "trainer.precision: auto -> bf16-true" in caplog.text
 
 
 def test_a_checkpoint_without_its_run_is_still_checked_against_its_model(finished_run, tmp_path, brisk_root):
