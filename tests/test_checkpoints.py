@@ -21,7 +21,7 @@ from test_bad_data import assert_user_error
 WRITER = """
 import sys, torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from brisk.checkpoint_io import SafeCheckpointIO
+from brisk.checkpoints.io import SafeCheckpointIO
 io = {"safe": SafeCheckpointIO, "lightning": TorchCheckpointIO}[sys.argv[1]]()
 io.save_checkpoint({"w": torch.ones(int(sys.argv[3]))}, sys.argv[2])
 """
@@ -72,7 +72,7 @@ def test_a_write_killed_halfway_keeps_the_old_checkpoint(tmp_path):
     partial = target.with_name(".last.ckpt.tmp")
     assert partial.exists() and partial.stat().st_size < BIG * 4, "the kill did not land during the write"
     # The next save replaces the leftover and the target in one go.
-    from brisk.checkpoint_io import SafeCheckpointIO
+    from brisk.checkpoints.io import SafeCheckpointIO
 
     SafeCheckpointIO().save_checkpoint({"w": torch.ones(3)}, target)
     assert torch.equal(torch.load(target, weights_only=True)["w"], torch.ones(3))

@@ -8,9 +8,9 @@ import lightning as L
 import pytest
 import torch
 
-from brisk import checks
-from brisk.builder import build_trainer
 from brisk.errors import BriskError
+from brisk.run import checks
+from brisk.run.prepare import build_trainer
 from conftest import TINY, compose_cfg, run_cli
 from test_bad_data import assert_user_error
 

@@ -13,11 +13,12 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from brisk.builder import build, build_model
 from brisk.callbacks import RunPlots
 from brisk.cli import CONFIG_PATH
 from brisk.errors import BriskError
 from brisk.models import ImageClassifier
+from brisk.run.builder import build_model
+from brisk.run.prepare import build
 from conftest import TINY, compose_cfg
 from test_bad_data import assert_user_error
 from test_hostile import BASE, RUNS, brisk_train, restore_logging, tree  # noqa: F401 (restore_logging: a fixture)

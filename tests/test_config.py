@@ -12,10 +12,11 @@ import torchvision
 from hydra.utils import instantiate
 
 from brisk import cli
-from brisk.builder import build_datamodule, build_model, build_trainer
 from brisk.cli import CONFIG_PATH
 from brisk.errors import BriskError
-from brisk.models import schedules
+from brisk.optim import schedules
+from brisk.run.builder import build_datamodule, build_model
+from brisk.run.prepare import build_trainer
 from conftest import TINY, compose_cfg
 
 GROUPS = [
@@ -116,7 +117,7 @@ def test_schedulers_step_with_the_optimizer(brisk_root):
 
 def test_exp_decay_is_the_keras_recipe():
     """Keras: `lr if epoch < 10 else lr * exp(-0.1)`, called with the 0-based epoch at each epoch's start."""
-    from brisk.models.schedules import exp_decay
+    from brisk.optim.schedules import exp_decay
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = exp_decay(opt)

@@ -12,7 +12,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from brisk.callbacks import DivergenceGuard
-from brisk.callbacks.guard import Diverged
+from brisk.callbacks.divergence_guard import Diverged
 from conftest import TINY, bare_trainer, run_cli
 from test_bad_data import assert_user_error
 

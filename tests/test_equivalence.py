@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from brisk.builder import build
+from brisk.run.prepare import build
 from conftest import TINY, compose_cfg, read_summary, run_cli, run_dir_of
 
 EXACT = [*TINY, "augment=none", "+model.net.norm=false", "scheduler=none", "trainer.max_epochs=1"]

@@ -14,12 +14,13 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, TensorDataset
 
-from brisk import onnx_export as ox
-from brisk.builder import build_datamodule
+from brisk.checkpoints.restore import load_run as _load
+from brisk.deploy import onnx as ox
 from brisk.errors import BriskError
 from brisk.export import _check_request
 from brisk.models import ImageClassifier
-from brisk.restore import load_run as _load
+from brisk.run.builder import build_datamodule
+from brisk.utils.files import published
 from conftest import run_cli, run_dir_of
 
 
@@ -108,7 +109,7 @@ def test_a_mismatch_is_refused_and_nothing_is_written(run, loaded, tmp_path):
     batches = [(x[:100], y[:100])]
     target = tmp_path / "model.onnx"
     refused = pytest.raises(BriskError, match=r"model\.onnx: onnxruntime's logits differ .* export\.tolerance=0\.001")
-    with refused, ox.published(target) as tmp:
+    with refused, published(target) as tmp:
         shutil.copy(export_dir / "model.onnx", tmp)
         result = ox.compare(ox.session(tmp, 1), batches, ox.torch_logits(other, batches))
         ox.check(result, 1e-3, str(target))

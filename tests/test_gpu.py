@@ -51,7 +51,7 @@ def test_quiet_steps_do_not_sync_the_device(brisk_root):
     import lightning as L
 
     from brisk import compat
-    from brisk.builder import build
+    from brisk.run.prepare import build
     from conftest import compose_cfg
 
     cfg = compose_cfg([*[o for o in GPU if "progress_bar" not in o], "trainer.limit_val_batches=1"], brisk_root)

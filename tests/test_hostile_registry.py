@@ -1,5 +1,5 @@
 """A run's files are data: no `_target_`, Hydra key or interpolation they hold, at any depth, calls anything but
-an exact entry of brisk's registry for its place (brisk.registry).
+an exact entry of brisk's registry for its place (brisk.checkpoints.registry).
 
 The walk tries every callable of the packages an allowlist by package used to admit; the crafted runs hold
 a function of lightning.pytorch.callbacks that deletes whatever folder it is given.
@@ -21,10 +21,10 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from brisk import restore
-from brisk.builder import build_model
+from brisk.checkpoints import restore
 from brisk.cli import CONFIG_PATH
 from brisk.errors import BriskError
+from brisk.run.builder import build_model
 from conftest import TINY, compose_cfg, main_in_process
 from test_bad_data import assert_user_error
 
@@ -38,7 +38,8 @@ OLD_ALLOWLIST = (
     "lightning.pytorch.callbacks",
     "lightning.pytorch.loggers",
 )
-WALKED = (*OLD_ALLOWLIST, "brisk.data")  # brisk.data too: brisk.data.synthetic.write writes where it is told
+WALKED = (*OLD_ALLOWLIST, "brisk.data", "brisk.optim")  # brisk.data.synthetic.write writes where it is told;
+# brisk.optim holds what brisk.models once did
 NET, DATA, CLASSIFIER = "brisk.models.nets.SimpleCNN", "brisk.data.SyntheticDataModule", "brisk.models.ImageClassifier"
 EVAL = ["trainer=cpu", *[o for o in TINY if o.startswith("data")]]
 
@@ -132,7 +133,7 @@ def test_no_callable_of_the_old_allowlist_is_reachable_but_the_registry():
     for _, name in admitted:  # a class, or one of brisk's own factories that conf/ builds with
         module, _, attr = name.rpartition(".")
         obj = getattr(importlib.import_module(module), attr)
-        assert isinstance(obj, type) or obj.__module__.startswith("brisk.models."), name
+        assert isinstance(obj, type) or obj.__module__.startswith(("brisk.models.", "brisk.optim.")), name
 
 
 def test_a_name_from_a_file_is_never_imported(tmp_path, monkeypatch):
@@ -329,3 +330,20 @@ def test_an_older_runs_optimizer_weight_decay_is_left_out(genuine, eval_cfg, tmp
     model = restore.load_model(restore.with_run_config(eval_cfg, ckpt), ckpt)
     assert "weight_decay" not in model.hparams.optimizer
     assert "optimizer.weight_decay=0.0005 left out" in caplog.text
+
+
+@pytest.mark.parametrize("with_config", [True, False], ids=["run config", "checkpoint hyperparameters"])
+def test_an_older_runs_moved_names_are_read_as_they_are_now(with_config, genuine, eval_cfg, tmp_path):
+    """Runs written before the optimizer and the schedules moved to brisk.optim name them by their old module: they
+    rebuild their model as before, under the new names, and nothing is imported by the old one."""
+    old = {"optimizer": "brisk.models.muon.MuonWithAdamW", "scheduler": "brisk.models.schedules.exp_decay"}
+
+    def edit(section: dict) -> None:
+        section["optimizer"]["_target_"] = old["optimizer"]
+        section["scheduler"] = {"_target_": old["scheduler"], "_partial_": True, "k": 0.1}
+
+    ckpt = write_run(tmp_path / "run", genuine, edit, edit if not with_config else None, with_config=with_config)
+    cfg = restore.with_run_config(eval_cfg, ckpt)
+    assert (cfg.optimizer._target_, cfg.scheduler._target_) == ("brisk.optim.MuonWithAdamW", "brisk.optim.exp_decay")
+    assert "brisk.models.muon" not in sys.modules
+    restore.load_model(cfg, ckpt)

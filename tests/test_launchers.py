@@ -21,8 +21,8 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
 from lightning.pytorch.utilities import rank_zero_only as pytorch_rank_zero_only
 
-from brisk import distributed
-from brisk.builder import build_trainer
+from brisk.run import launch
+from brisk.run.prepare import build_trainer
 from conftest import SLURM_ENV, TINY, compose_cfg, processes_of, read_summary, run_cli
 
 # As little training as DDP needs to show itself: 2 steps, 1 validation and 1 test batch per rank.
@@ -85,7 +85,7 @@ def _slurm_task(rank: int, job: str, port: str) -> dict[str, str]:
 def test_slurm_tasks_are_the_ranks_and_brisk_starts_none(project, monkeypatch):
     cfg = compose_cfg([*CHEAP, *DDP], project)
     # Outside SLURM, the same config makes brisk start rank 1 itself ...
-    assert distributed.needs_launch(L.Trainer(accelerator="cpu", strategy="ddp", devices=2, logger=False))
+    assert launch.needs_launch(L.Trainer(accelerator="cpu", strategy="ddp", devices=2, logger=False))
     # ... under SLURM, each task is a rank already: task 1 of 2 builds its Trainer and launches nothing.
     for key, value in _slurm_task(1, "4243", "29400").items():
         monkeypatch.setenv(key, value)
@@ -94,7 +94,7 @@ def test_slurm_tasks_are_the_ranks_and_brisk_starts_none(project, monkeypatch):
     trainer = build_trainer(cfg)
     assert isinstance(trainer.strategy.cluster_environment, SLURMEnvironment)
     assert (trainer.world_size, trainer.global_rank, trainer.local_rank) == (2, 1, 1)
-    assert not distributed.needs_launch(trainer) and distributed._current is None
+    assert not launch.needs_launch(trainer) and launch._current is None
     assert processes_of(project) == []
 
 

@@ -9,10 +9,11 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import EMAWeightAveraging, StochasticWeightAveraging
 
-from brisk.builder import build, build_model, build_trainer
 from brisk.callbacks import Pruning
 from brisk.models import ImageClassifier
 from brisk.models.sparsity import sparsity
+from brisk.run.builder import build_model
+from brisk.run.prepare import build, build_trainer
 from conftest import TINY, compose_cfg, read_summary, run_cli, run_dir_of
 
 QUICK = [*TINY, "callbacks.progress_bar=null", "+trainer.num_sanity_val_steps=0"]

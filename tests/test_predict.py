@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from torchvision.io import write_png
 
-from brisk import restore
-from brisk.builder import build_datamodule
+from brisk.checkpoints import restore
+from brisk.run.builder import build_datamodule
 from conftest import main_in_process, read_summary, run_cli, run_dir_of
 
 

@@ -13,12 +13,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from brisk import summary as run_summary
-from brisk.builder import build_model
 from brisk.callbacks import DivergenceGuard
-from brisk.callbacks.guard import Diverged
+from brisk.callbacks.divergence_guard import Diverged
 from brisk.errors import BriskError
 from brisk.evaluate import evaluate
+from brisk.run import summary as run_summary
+from brisk.run.builder import build_model
 from conftest import FINISHED, TINY, compose_cfg, main_in_process, read_summary
 
 DATA = [o for o in TINY if o.startswith("data")]
@@ -100,18 +100,18 @@ def test_a_crafted_run_config_is_refused(victim, finished_run, tmp_path, brisk_r
     ],
 )
 def test_registry_refuses(target):
-    from brisk import restore
+    from brisk.checkpoints import restore
 
     with pytest.raises(BriskError, match=f"refused model.net._target_={target}:"):
         restore.check_targets({"model": {"net": {"_target_": target}}}, "a file")
 
 
 def test_registry_admits_the_templates_own_and_what_the_user_names():
-    from brisk import restore
+    from brisk.checkpoints import restore
 
     admitted = {  # conf/'s own, each at its place
         "model": {"_target_": "brisk.models.ImageClassifier", "net": {"_target_": "brisk.models.nets.AirbenchNet"}},
-        "optimizer": {"_target_": "brisk.models.muon.MuonWithAdamW", "_partial_": True},
+        "optimizer": {"_target_": "brisk.optim.MuonWithAdamW", "_partial_": True},
         "scheduler": {"_target_": "torch.optim.lr_scheduler.OneCycleLR", "_partial_": True, "interval": "step"},
         "data": {"_target_": "brisk.data.CIFAR10DataModule"},
     }
@@ -136,7 +136,7 @@ def test_eval_scores_the_data_its_run_trained_on(finished_run, tmp_path, brisk_r
 
 
 def test_command_line_wins_over_the_run_config(finished_run, brisk_root):
-    from brisk import restore
+    from brisk.checkpoints import restore
 
     ckpt = finished_run / "checkpoints" / "last.ckpt"
     # `+`: Hydra's rule for keys that eval's own data config (cifar10) does not list
@@ -152,7 +152,7 @@ def test_command_line_wins_over_the_run_config(finished_run, brisk_root):
 
 
 def test_checkpoint_without_its_run_rebuilds_from_hparams(finished_run, tmp_path, brisk_root, caplog):
-    from brisk import restore
+    from brisk.checkpoints import restore
 
     ckpt = tmp_path / "moved.ckpt"
     shutil.copy(finished_run / "checkpoints" / "last.ckpt", ckpt)
@@ -203,7 +203,7 @@ DAMAGED = {
 
 @pytest.mark.parametrize("case", DAMAGED, ids=list(DAMAGED))
 def test_a_damaged_run_is_one_clear_error(case, finished_run, tmp_path, brisk_root):
-    from brisk import restore
+    from brisk.checkpoints import restore
 
     damage, says = DAMAGED[case]
     run = tmp_path / "run"
@@ -253,7 +253,7 @@ def test_nan_optimizer_state_refuses_the_checkpoint(model_and_trainer):
 
 def test_nan_in_muons_inner_state_refuses_the_checkpoint(model_and_trainer):
     """MuonWithAdamW keeps its state in its inner Muon and AdamW: the checkpoint (its state_dict) holds it there."""
-    from brisk.models.muon import MuonWithAdamW
+    from brisk.optim.muon import MuonWithAdamW
 
     model, trainer = model_and_trainer
     optimizer = MuonWithAdamW(model.parameters(), lr=0.01)

@@ -13,8 +13,8 @@ from omegaconf import open_dict
 from torch.overrides import TorchFunctionMode
 
 from brisk import compat
-from brisk.builder import build
 from brisk.callbacks import ProgressBar
+from brisk.run.prepare import build
 from conftest import TINY, bare_trainer, compose_cfg
 
 # Tensor -> Python conversions: on a GPU each waits for the device (a host sync). Copies to the CPU

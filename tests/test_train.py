@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import brisk
-from brisk.callbacks.startup import process_age
+from brisk.callbacks.startup_clock import process_age
 from conftest import TINY, read_summary, run_cli, run_dir_of
 
 SUMMARY_FIELDS = {
@@ -63,7 +63,7 @@ def test_startup_clock_sees_the_time_before_brisk_was_imported():
     """In a process that waits 0.5 s before importing brisk, the clock counts that wait (a clock started at
     brisk's import, the fallback without /proc, would not)."""
     script = (
-        "import time; time.sleep(0.5); import brisk; from brisk.callbacks.startup import process_age; "
+        "import time; time.sleep(0.5); import brisk; from brisk.callbacks.startup_clock import process_age; "
         "print(process_age() - (time.time() - brisk.IMPORTED_AT))"
     )
     before_import = float(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).stdout)

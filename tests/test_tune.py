@@ -8,7 +8,7 @@ import re
 import pytest
 
 from brisk.errors import BriskError
-from brisk.search.tune import refuse_distributed
+from brisk.run.tune import refuse_distributed
 from conftest import TINY, compose_cfg, run_cli, run_dir_of
 
 PNG = b"\x89PNG\r\n\x1a\n"

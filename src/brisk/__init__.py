@@ -9,7 +9,7 @@ import importlib
 import time
 
 __version__ = "0.1.0"
-# Where /proc is missing, the startup clock (brisk.callbacks.startup) starts from here.
+# Where /proc is missing, the startup clock (brisk.callbacks.startup_clock) starts from here.
 IMPORTED_AT = time.time()
 
 # public name -> (module, name there): the one place that knows where each lives
@@ -17,15 +17,15 @@ _PUBLIC = {
     "BriskError": (".errors", "BriskError"),
     "entry_point": (".cli", "entry_point"),
     "quote_group_options": (".cli", "quote_group_options"),
-    "build": (".builder", "build"),
-    "build_datamodule": (".builder", "build_datamodule"),
-    "build_model": (".builder", "build_model"),
-    "build_trainer": (".builder", "build_trainer"),
-    "always_on": (".builder", "always_on"),
-    "resolve_precision": (".builder", "resolve_precision"),
-    "sync": (".callbacks.speed", "sync"),
-    "hardware": (".summary", "hardware"),
-    "write_json": (".summary", "write"),
+    "build": (".run.prepare", "build"),
+    "build_datamodule": (".run.builder", "build_datamodule"),
+    "build_model": (".models.build", "build_model"),
+    "build_trainer": (".run.prepare", "build_trainer"),
+    "always_on": (".run.builder", "always_on"),
+    "resolve_precision": (".run.builder", "resolve_precision"),
+    "sync": (".callbacks.speed_meter", "sync"),
+    "hardware": (".run.summary", "hardware"),
+    "write_json": (".run.summary", "write"),
 }
 __all__ = list(_PUBLIC)
 

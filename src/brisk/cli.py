@@ -15,25 +15,28 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from brisk import compat, distributed, rundir
-from brisk.errors import BriskError, explain, refuse
+from brisk import compat
+from brisk.conf import CONFIG_PATH
+from brisk.errors import BriskError, refuse
+from brisk.run import launch, rundir
+from brisk.utils.explain import explain
 
-# brisk/conf links to the repo's top-level conf/ (a source checkout, an editable install); a wheel holds a copy
-# there. Resolved, so a checkout's commands name conf/ itself.
-CONFIG_PATH = str((Path(__file__).resolve().parent / "conf").resolve())
-# ${brisk_run_id:} in conf/hydra/default.yaml: the run directory's name, shared by all ranks of a job.
-OmegaConf.register_new_resolver("brisk_run_id", distributed.run_id, use_cache=True, replace=True)
+
+def register_resolvers() -> None:
+    """${brisk_run_id:} in conf/hydra/default.yaml: the run directory's name, shared by all ranks of a job.
+    Registered when an entry point starts, so importing brisk (to load a model, say) registers nothing."""
+    OmegaConf.register_new_resolver("brisk_run_id", launch.run_id, use_cache=True, replace=True)
 
 
 log = logging.getLogger("brisk")
 
 
 def user_errors(task):
-    """The task's one choke point for user errors: a BriskError, or anything `brisk.errors.explain` knows (what
+    """The task's one choke point for user errors: a BriskError, or anything `brisk.utils.explain` knows (what
     Hydra wrapped from a constructor, a config value that cannot be resolved), or running out of memory, becomes
     one line on stderr and exit status 2. Ctrl-C becomes "interrupted" and 130. The job's ranks end either way.
     The run directory is locked for the task, and removed again if this invocation created it and the run
-    stopped before it started (brisk.rundir): refused, interrupted, or ended by a bug, whose traceback stays."""
+    stopped before it started (brisk.run.rundir): refused, interrupted, or ended by a bug, whose traceback stays."""
 
     @functools.wraps(task)
     def wrapper(cfg, *args, **kwargs):
@@ -59,10 +62,10 @@ def user_errors(task):
                 raise  # a bug: its traceback is the report
             if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
                 print(f"brisk: error: {error}", file=sys.stderr, flush=True)
-                raise error from None  # the sweep records this job as failed and goes on (brisk.sweep.SweepSummary)
+                raise error from None  # the sweep records it as failed and goes on (search.sweep.SweepSummary)
             refuse(error)
         finally:
-            distributed.finish()
+            launch.finish()
             if run is not None:
                 run.close()
 
@@ -71,7 +74,7 @@ def user_errors(task):
 
 def interrupted(run: rundir.Run | None = None) -> None:
     """Ctrl-C outside training: nothing to checkpoint. Stop the ranks this process started, exit 130."""
-    distributed.stop()
+    launch.stop()
     if run is not None:
         run.refused()  # a run stopped before it started leaves no directory
     print("brisk: interrupted by SIGINT outside training; no checkpoint written", file=sys.stderr, flush=True)
@@ -182,6 +185,7 @@ def hydra_entry(hydra_main, primary: str = CONFIG_PATH):
 
     @functools.wraps(hydra_main)
     def entry() -> None:
+        register_resolvers()
         args = sys.argv[1:]
         if error := not_utf8(args) or unknown_group_option(args, primary):
             refuse(error)
@@ -217,7 +221,7 @@ def entry_point(config_name: str, config_path: str = CONFIG_PATH):
 
         hydra_main = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
         # Recorded here, in the process the user started: a DDP job's ranks start this entry point again.
-        program = distributed.entry_program(task.__module__)
-        return hydra_entry(hydra_main(distributed.started_as(program, user_errors(task))), config_path)
+        program = launch.entry_program(task.__module__)
+        return hydra_entry(hydra_main(launch.started_as(program, user_errors(task))), config_path)
 
     return wrap

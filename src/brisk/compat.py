@@ -30,7 +30,7 @@ def is_script_launcher(launcher: Any) -> bool:
     """Whether Lightning would start this node's other ranks by re-executing sys.argv.
 
     No public attribute says how a strategy's launcher starts processes; brisk replaces exactly this
-    launcher (see brisk.distributed), so it must recognise it by type.
+    launcher (see brisk.run.launch), so it must recognise it by type.
     """
     return isinstance(launcher, _SubprocessScriptLauncher)
 
@@ -48,7 +48,7 @@ def hpc_save_path(trainer: L.Trainer) -> str:
 
 
 def apply_pending_loader_state(trainer: L.Trainer) -> None:
-    """Apply the train loader's saved position if Lightning left it pending (see brisk.callbacks.resume).
+    """Apply the train loader's saved position if Lightning left it pending (see brisk.callbacks.resume_state).
 
     Lightning restores it only when it builds the loader after loading the loop state; there is no
     public call to apply it later.
@@ -158,7 +158,7 @@ def stop_like_sigterm(trainer: L.Trainer) -> None:
     check (the end of the batch, of the epoch, or the next evaluation batch). `Trainer.received_sigterm`
     is a read-only property and `should_stop` ends training as a success, so there is no public way.
     brisk sets it itself because Lightning's handler broadcasts from inside the signal handler, which
-    hangs DDP when only rank 0 got the signal (see brisk.callbacks.interrupt)."""
+    hangs DDP when only rank 0 got the signal (see brisk.callbacks.sigterm_checkpoint)."""
     trainer._signal_connector.received_sigterm = True
 
 
@@ -166,7 +166,7 @@ def slurm_requeue(trainer: L.Trainer, signum: int) -> None:
     """What Lightning's SLURM handler does on the requeue signal (SIGUSR1): finalize the loggers, save
     hpc_ckpt_N.ckpt (a collective under DDP: `save_checkpoint` ends in a barrier) and, on rank 0, `scontrol
     requeue` the job. Lightning runs it inside the signal handler, which hangs DDP when the ranks are not all
-    in it at once; brisk calls it on every rank at a batch end they agreed on (brisk.callbacks.interrupt)."""
+    in it at once; brisk calls it on every rank at a batch end they agreed on (brisk.callbacks.sigterm_checkpoint)."""
     trainer._signal_connector._slurm_sigusr_handler_fn(signum, None)
 
 

@@ -8,10 +8,12 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from brisk import checks, restore
-from brisk import summary as run_summary
-from brisk.builder import build_datamodule, build_trainer
+from brisk.checkpoints import restore
 from brisk.cli import entry_point
+from brisk.run import checks
+from brisk.run import summary as run_summary
+from brisk.run.builder import build_datamodule
+from brisk.run.prepare import build_trainer
 
 
 def evaluate(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, float]:

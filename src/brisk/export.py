@@ -15,11 +15,13 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from brisk import checks, restore
-from brisk import summary as run_summary
-from brisk.builder import build_datamodule
+from brisk.checkpoints import restore
 from brisk.cli import entry_point
 from brisk.errors import BriskError
+from brisk.run import checks
+from brisk.run import summary as run_summary
+from brisk.run.builder import build_datamodule
+from brisk.utils.files import published
 
 FORMATS, QUANTIZE = ("onnx",), (None, "int8")
 
@@ -42,8 +44,8 @@ def _check_request(cfg: DictConfig) -> None:
 
 def export(cfg: DictConfig) -> dict:
     _check_request(cfg)
-    from brisk import onnx_export as ox
-    from brisk import onnx_report as report
+    from brisk.deploy import onnx as ox
+    from brisk.deploy import report as report
 
     # Hydra's job logging puts the root logger at INFO; the exporter's graph passes then log a dozen lines per export.
     for name in ("onnx_ir", "onnxscript"):
@@ -64,7 +66,7 @@ def export(cfg: DictConfig) -> dict:
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     fp32 = run_dir / "model.onnx"
-    with ox.published(fp32) as tmp:
+    with published(fp32) as tmp:
         ox.to_onnx(net, torch.from_numpy(bench[:2]), tmp)
         sessions = {"fp32": ox.session(tmp, threads)}  # a session holds its model: the rename leaves it valid
         result = ox.compare(sessions["fp32"], test, reference)
@@ -72,11 +74,11 @@ def export(cfg: DictConfig) -> dict:
     models = {"fp32": (fp32, result)}
 
     if cfg.quantize == "int8":
-        from brisk.onnx_quant import Calibration, quantize_int8
+        from brisk.deploy.int8 import Calibration, quantize_int8
 
         datamodule.setup("fit")
         int8 = run_dir / "model.int8.onnx"
-        with ox.published(int8) as tmp:
+        with published(int8) as tmp:
             calibration = Calibration(datamodule.train_dataloader(), cfg.export.calibration_batches)
             quantize_int8(fp32, tmp, calibration, cfg.export.reduce_range)
             sessions["int8"] = ox.session(tmp, threads)

@@ -20,12 +20,15 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader, TensorDataset
 
-from brisk import checks, restore
-from brisk.builder import build_datamodule, build_trainer
+from brisk.checkpoints import restore
 from brisk.cli import entry_point
 from brisk.data.images import EXTENSIONS, Keys, list_images, loop_error, prepare_images
+from brisk.deploy.onnx import normalization
 from brisk.errors import BriskError
-from brisk.onnx_export import normalization, published
+from brisk.run import checks
+from brisk.run.builder import build_datamodule
+from brisk.run.prepare import build_trainer
+from brisk.utils.files import published
 
 KEYS = Keys(max_pixels="max_pixels", skip_bad=None)  # predict's own bound; it has no setting to skip a file
 

@@ -1,7 +1,10 @@
-"""brisk-train: fit, test the best checkpoint, write summary.json, print the run directory."""
+"""brisk-train: fit, test the best checkpoint, write summary.json, print the run directory.
+
+Read top to bottom, it is the whole run: each step below is one call, and each check runs once."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -10,13 +13,12 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from brisk import checks, distributed, resume_check, rundir
-from brisk import summary as run_summary
-from brisk.builder import build, resolve_precision
-from brisk.callbacks import SpeedMeter, StartupClock
-from brisk.callbacks.final import checkpoint_to_test
+from brisk.checkpoints.paths import checkpoint_to_test
 from brisk.cli import entry_point
-from brisk.models.sparsity import sparsity
+from brisk.run import checks, launch, preflight, resume, rundir
+from brisk.run import summary as run_summary
+from brisk.run.builder import always_on, build_datamodule, build_model, make_trainer, resolve_precision
+from brisk.utils.ranks import first_process
 
 log = logging.getLogger("brisk")
 
@@ -24,18 +26,17 @@ log = logging.getLogger("brisk")
 def train(cfg: DictConfig) -> float | None:
     checks.validate(cfg)  # before seeding too: seed_everything raises on a seed out of range
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    ckpt_path = distributed.slurm_resume_path(cfg.get("ckpt_path"), run_dir)
-    if resume_check.nothing_to_do(cfg, ckpt_path, run_dir):  # a resume is first compared with its run's config
+    ckpt_path = launch.slurm_resume_path(cfg.get("ckpt_path"), run_dir)
+    if resume.nothing_to_do(cfg, ckpt_path, run_dir):  # a resume is first compared with its run's config
         rundir.leave_as_is()
         return None
     L.seed_everything(cfg.seed, workers=True)
-    trainer, datamodule, model = build(cfg)
-    requested = str(cfg.trainer.precision)
-    if checks.precision_name(resolve_precision(requested, str(cfg.trainer.accelerator))) != trainer.precision:
-        # e.g. 16-mixed on CPU, which Lightning runs as bf16-mixed with only a warning
-        log.warning("precision=%s is not available here: running as %s", requested, trainer.precision)
-    else:
-        log.info("precision: %s (requested %s)", trainer.precision, requested)
+    datamodule = build_datamodule(cfg)
+    if first_process():  # the other ranks of a job share what the first one checked
+        preflight.check(cfg, datamodule, functools.partial(build_model, datamodule=datamodule))
+    trainer = launch.on_all_ranks(lambda: make_trainer(cfg, always_on()))  # starts a DDP job's other ranks
+    model = build_model(cfg, datamodule)
+    _log_precision(str(cfg.trainer.precision), str(cfg.trainer.accelerator), trainer)
 
     rundir.start(cfg)  # every check has passed: from here on the run directory is kept, with its record
     start = time.perf_counter()
@@ -44,51 +45,31 @@ def train(cfg: DictConfig) -> float | None:
     fit_metrics = dict(trainer.callback_metrics)
 
     # Read before testing: test(ckpt_path=best) loads the callbacks' states saved in the best checkpoint, which
-    # for a best epoch 0 predate last.ckpt (summary.json said "" for every 1-epoch run).
+    # for a best epoch 0 predate last.ckpt.
     last = next((c.last_model_path or c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor is None), "")
-    best = checkpoint_to_test(trainer)  # the best by val/acc, or final.ckpt after SWA or pruning
-    trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=True)
+    tested = checkpoint_to_test(trainer)  # the best by val/acc, or final.ckpt after SWA or pruning
+    trainer.test(model, datamodule=datamodule, ckpt_path=tested or None, weights_only=True)
     metrics = run_summary.scalars({**fit_metrics, **trainer.callback_metrics})
 
-    per_device = cfg.data.batch_size // trainer.world_size
-    speed, startup = (next(c for c in trainer.callbacks if isinstance(c, kind)) for kind in (SpeedMeter, StartupClock))
     if trainer.is_global_zero:
-        run_summary.write(
-            run_dir / "summary.json",
-            {
-                "run_dir": str(run_dir),
-                "metrics": metrics,
-                "images_per_sec": speed.images_per_sec,
-                "fit_seconds": fit_seconds,
-                "startup_seconds": startup.seconds,  # process start to the first training step
-                "epochs": trainer.current_epoch,
-                "global_step": trainer.global_step,
-                "precision": {"requested": requested, "effective": trainer.precision},
-                "world_size": trainer.world_size,
-                "global_batch": cfg.data.batch_size,
-                "per_device_batch": per_device,
-                "accumulation": trainer.accumulate_grad_batches,
-                "effective_batch": cfg.data.batch_size * trainer.accumulate_grad_batches,
-                "ckpt_path": best,
-                "last_ckpt_path": last,
-                "seed": cfg.seed,
-                "class_names": datamodule.class_names,
-                "normalization": {"mean": datamodule.mean, "std": datamodule.std},
-                "sparsity": sparsity(model),  # of the tested weights: per conv/linear weight and in total
-                "overrides": list(HydraConfig.get().overrides.task),
-                "hardware": run_summary.hardware(),
-                "distributed": distributed.environment(trainer),
-            },
-        )
+        summary = run_summary.of_training(cfg, trainer, datamodule, model, metrics, fit_seconds, tested, last)
+        run_summary.write(run_dir / "summary.json", summary)
         print(run_dir, flush=True)  # the last line: scripts read the run directory from here
-    value = metrics.get(cfg.optimized_metric) if cfg.get("optimized_metric") else None
-    return value
+    return metrics.get(cfg.optimized_metric) if cfg.get("optimized_metric") else None
+
+
+def _log_precision(requested: str, accelerator: str, trainer: L.Trainer) -> None:
+    if checks.precision_name(resolve_precision(requested, accelerator)) != trainer.precision:
+        # e.g. 16-mixed on CPU, which Lightning runs as bf16-mixed with only a warning
+        log.warning("precision=%s is not available here: running as %s", requested, trainer.precision)
+    else:
+        log.info("precision: %s (requested %s)", trainer.precision, requested)
 
 
 @entry_point("train")
 def main(cfg: DictConfig) -> float | None:
     if cfg.get("tune"):  # tune=lr|batch_size: Lightning's finders instead of training
-        from brisk.search.tune import tune
+        from brisk.run.tune import tune
 
         return tune(cfg)
     return train(cfg)

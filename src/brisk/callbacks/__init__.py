@@ -1,13 +1,13 @@
 from brisk.callbacks.checkpoint import LastCheckpoint, ModelCheckpoint
-from brisk.callbacks.guard import DivergenceGuard
-from brisk.callbacks.interrupt import SigtermCheckpoint
-from brisk.callbacks.plots import RunPlots
-from brisk.callbacks.progress import ProgressBar
+from brisk.callbacks.divergence_guard import DivergenceGuard
+from brisk.callbacks.progress_bar import ProgressBar
 from brisk.callbacks.pruning import Pruning
 from brisk.callbacks.rank_seed import RankSeed
-from brisk.callbacks.resume import ResumeState
-from brisk.callbacks.speed import SpeedMeter
-from brisk.callbacks.startup import StartupClock
+from brisk.callbacks.resume_state import ResumeState
+from brisk.callbacks.run_plots import RunPlots
+from brisk.callbacks.sigterm_checkpoint import SigtermCheckpoint
+from brisk.callbacks.speed_meter import SpeedMeter
+from brisk.callbacks.startup_clock import StartupClock
 
 __all__ = [
     "DivergenceGuard",

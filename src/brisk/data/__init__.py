@@ -1,5 +1,5 @@
 from brisk.data.base import TensorDataModule
-from brisk.data.datamodule import CIFAR10DataModule, SyntheticDataModule
+from brisk.data.cifar import CIFAR10DataModule, SyntheticDataModule
 from brisk.data.image_folder import ImageFolderDataModule
 from brisk.data.images import prepare_images
 

@@ -15,11 +15,11 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from brisk.containers import plain
 from brisk.data import augment as aug
 from brisk.data import splits
 from brisk.data.loader import TensorBatchLoader
 from brisk.errors import BriskError
+from brisk.utils.config import plain
 
 log = logging.getLogger("brisk")
 

@@ -13,10 +13,10 @@ from torchmetrics import MaxMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from brisk import compat
-from brisk.containers import plain
 from brisk.errors import BriskError
-from brisk.models import schedules
 from brisk.models.sparsity import fold_masks
+from brisk.optim import schedules
+from brisk.utils.config import plain
 
 EVAL_STAGES = ("val", "test")
 TTA = ("none", "flip", "flip_translate")

@@ -21,7 +21,7 @@ from brisk.errors import BriskError
 from brisk.search import results, space, trials
 from brisk.search import storage as storages
 from brisk.search import study as studies
-from brisk.sweep import outcome
+from brisk.search.sweep import outcome
 
 log = logging.getLogger("brisk")
 # Seconds between looks at a study whose last trials other searches are running.

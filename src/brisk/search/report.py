@@ -17,8 +17,8 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from brisk.containers import plain
 from brisk.errors import BriskError
+from brisk.utils.config import plain
 
 log = logging.getLogger("brisk")
 SWEEPER = "hydra_plugins.brisk_optuna.sweeper.BriskOptunaSweeper"

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from brisk.utils.files import published, write_text
+
 log = logging.getLogger("brisk")
 
 
@@ -35,9 +37,7 @@ def write(study, trial_space, config: DictConfig, url: str) -> None:
     if best is not None:
         line = trial_space.best_line(best.params)
         summary["best"] = {"number": best.number, "value": best.value, "params": dict(best.params), "overrides": line}
-    tmp = sweep_dir / "optimization_results.yaml.tmp"
-    OmegaConf.save(OmegaConf.create(summary), tmp)
-    tmp.replace(sweep_dir / "optimization_results.yaml")
+    write_text(sweep_dir / "optimization_results.yaml", OmegaConf.to_yaml(OmegaConf.create(summary)))
     plot(study, trials, sweep_dir / "optimization_plot.png", summary["metric"])
     counts = ", ".join(f"{n} {s.lower()}" for s, n in summary["counts"].items())
     print(f"study {study.study_name}: {len(trials)} trials ({counts}), in {url}", flush=True)
@@ -108,9 +108,8 @@ def plot(study, trials, path: Path, metric: str) -> None:
         bars.text(0.5, 0.5, "importances need more\ncompleted trials", ha="center", va="center")
         bars.set_axis_off()
     fig.suptitle(f"study {study.study_name}: {len(trials)} trials", fontsize=10)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(path)
+    with published(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
 
 
 def _last(trial) -> float | None:

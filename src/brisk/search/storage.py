@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from brisk.errors import BriskError
-from brisk.rundir import creatable, nearest_existing
+from brisk.utils.files import creatable, nearest_existing
 
 KEY = "hydra.sweeper.storage"
 SQLITE = "sqlite:///"

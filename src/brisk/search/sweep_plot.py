@@ -11,6 +11,8 @@ import math
 import shlex
 from pathlib import Path
 
+from brisk.utils.files import published
+
 log = logging.getLogger("brisk")
 
 
@@ -63,9 +65,8 @@ def write(rows: list[dict], path: Path) -> None:
     if not params:
         axes[0].text(0.5, 0.5, "no job has finished with a value yet", ha="center", va="center")
     fig.suptitle(f"{metric} by parameter: {len(done)} of {len(rows)} jobs finished", fontsize=10)
-    tmp = path.with_name(path.stem + ".tmp.png")
     try:
-        fig.savefig(tmp, dpi=110)
-        tmp.replace(path)
+        with published(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
     except Exception as e:  # a plot must never stop a sweep
         log.warning("could not write %s: %s", path, e)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from brisk.onnx_export import INPUT, OUTPUT
+from brisk.deploy.onnx import INPUT, OUTPUT
 
 
 def images_per_sec(sessions: dict[str, Any], images: np.ndarray, runs: int) -> dict[str, float]:

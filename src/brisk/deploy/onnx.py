@@ -7,9 +7,7 @@ no preprocessing. The batch axis is dynamic.
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -54,17 +52,6 @@ def normalization(checkpoint: dict, datamodule: object) -> tuple[list[float], li
 def as_input(x: torch.Tensor) -> np.ndarray:
     """A uint8 batch as the exported model takes it: float32 on the 0..255 scale."""
     return x.to(torch.float32).numpy()
-
-
-@contextlib.contextmanager
-def published(path: Path) -> Iterator[Path]:
-    """A temporary name beside `path`, renamed to `path` only if the block succeeds: no half-written model."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def to_onnx(model: Normalized, example: torch.Tensor, path: Path) -> None:

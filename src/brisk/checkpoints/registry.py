@@ -18,7 +18,7 @@ saved config is written resolved.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,24 +27,29 @@ import yaml
 from hydra.utils import get_class
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from brisk.cli import CONFIG_PATH
+from brisk.conf import CONFIG_PATH
 from brisk.errors import BriskError
+from brisk.utils.config import nodes
 
 # What a run's files say about the model and the data it trained on; nothing else is ever taken from them.
 RUN_SECTIONS = ("data", "model", "optimizer", "scheduler")
 HYDRA_KEYS = ("_args_", "_partial_", "_convert_", "_recursive_")
 FIX = "Use a run directory and checkpoint written by brisk-train"
+# Where earlier versions of brisk kept these, and so what their runs' files name: read as the names they have now
+# (a string for a string: nothing is imported), so those runs still evaluate, predict, export and resume.
+MOVED = {
+    "brisk.models.muon.MuonWithAdamW": "brisk.optim.MuonWithAdamW",
+    "brisk.models.schedules.cosine_with_warmup": "brisk.optim.cosine_with_warmup",
+    "brisk.models.schedules.exp_decay": "brisk.optim.exp_decay",
+}
 
 
-def nodes(node: Any, place: str = "") -> Iterator[tuple[str, Any]]:
-    """(place, node) for a plain nested config and everything in it: `model`, `model.net`, `data.x[0]`."""
-    yield place, node
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from nodes(value, f"{place}.{key}" if place else str(key))
-    elif isinstance(node, list | tuple):  # a checkpoint may hold tuples, which OmegaConf makes lists
-        for i, value in enumerate(node):
-            yield from nodes(value, f"{place}[{i}]")
+def current_names(content: Any) -> Any:
+    """Plain file content with each `_target_` that names a moved class renamed to where it is now, in place."""
+    for _, node in nodes(content):
+        if isinstance(node, dict) and isinstance(name := node.get("_target_"), str) and name in MOVED:
+            node["_target_"] = MOVED[name]
+    return content
 
 
 def _package(relative: Path, text: str) -> str:

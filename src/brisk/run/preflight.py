@@ -1,4 +1,4 @@
-"""Checks of the filesystem and the data before a run starts, after the config checks (brisk.checks).
+"""Checks of the filesystem and the data before a run starts, after the config checks (brisk.run.checks).
 
 Each names the path or key and the fix, so a run is refused in its first seconds rather than after
 an epoch (an unwritable checkpoints/ folder), after the whole fit (a damaged test split), or with
@@ -17,9 +17,10 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from brisk.checkpoint_io import peek
+from brisk.checkpoints import paths
+from brisk.checkpoints.io import peek
 from brisk.errors import BriskError
-from brisk.rundir import creatable, nearest_existing
+from brisk.utils.files import creatable, nearest_existing
 
 # Optimizer state per parameter in a checkpoint: Adam/AdamW keep two moments, SGD with momentum one.
 OPTIMIZER_STATES = 2
@@ -35,16 +36,16 @@ def check(cfg: DictConfig, datamodule: L.LightningDataModule | None, model: Call
     if model is not None and folders:
         disk_space(folders, checkpoint_bytes(cfg, model))
     ckpt = cfg.get("ckpt_path")
-    if ckpt is not None and str(ckpt) not in ("last", "hpc"):
-        checkpoint(Path(str(ckpt)))
+    if ckpt is not None and str(ckpt) not in paths.KEYWORDS:
+        loadable_checkpoint(Path(str(ckpt)))
     elif str(ckpt) == "last":
-        for last in sorted(f for folder in folders.values() for f in folder.glob("last*.ckpt")):
-            checkpoint(last)
+        for last in sorted(f for folder in folders.values() for f in paths.lasts(folder)):
+            loadable_checkpoint(last)
     if datamodule is not None:
         data(cfg, datamodule)
 
 
-def checkpoint(path: Path) -> None:
+def loadable_checkpoint(path: Path) -> None:
     """Load the checkpoint to resume from now, as Lightning will (weights only), without reading its tensors
     (mmap): a crafted or damaged file is refused before the run starts, not inside the fit."""
     peek(path)

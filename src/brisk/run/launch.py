@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElastic
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
 from brisk import compat
+from brisk.checkpoints import paths
 
 log = logging.getLogger("brisk")
 
@@ -205,6 +207,17 @@ def launch(trainer: L.Trainer) -> None:
     _current = _Ranks(trainer.strategy.launcher.num_processes, trainer.num_nodes)
 
 
+def on_all_ranks(make_trainer: Callable[[], L.Trainer]) -> L.Trainer:
+    """The Trainer `make_trainer` builds, with the job's other ranks on this node started if it needs them: brisk
+    starts them itself (see above), then builds the Trainer again, and with LOCAL_RANK set Lightning sees
+    processes that were created for it."""
+    trainer = make_trainer()
+    if needs_launch(trainer):
+        launch(trainer)
+        trainer = make_trainer()
+    return trainer
+
+
 def forward_signal(signum: int) -> None:
     """Send a stop signal on to the ranks this process started (none unless it is rank 0 of brisk's own launch):
     a signal sent to rank 0 alone (`kill <pid>`, `docker stop`) reaches the whole job."""
@@ -232,9 +245,9 @@ def slurm_resume_path(ckpt_path: str | None, run_dir: Path) -> str | None:
     Lightning resumes by itself from the hpc_ckpt_N.ckpt it writes on SIGUSR1; after a preemption
     (SIGTERM) there is only last.ckpt, which Lightning would ignore.
     """
-    if ckpt_path is not None or "SLURM_JOB_ID" not in os.environ or any(run_dir.glob("hpc_ckpt_*.ckpt")):
+    if ckpt_path is not None or "SLURM_JOB_ID" not in os.environ or paths.hpcs(run_dir):
         return ckpt_path
-    last = run_dir / "checkpoints" / "last.ckpt"
+    last = paths.last(run_dir)
     if last.is_file():
         log.info("SLURM job %s restarted: resuming from %s", os.environ["SLURM_JOB_ID"], last)
         return str(last)

@@ -20,8 +20,10 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from brisk import compat, rundir
+from brisk import compat
 from brisk.search import sweep_plot
+from brisk.utils.files import write_text
+from brisk.utils.ranks import first_process
 
 FIELDS = ["job", "status", "metric", "value", "run_dir", "overrides", "error"]
 
@@ -40,7 +42,7 @@ class SweepSummary(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         # Where every rank runs the job (one SLURM task per device, torchrun, a node other than 0), only the
         # first process records it.
-        if config.hydra.mode != RunMode.MULTIRUN or not rundir.first_process():
+        if config.hydra.mode != RunMode.MULTIRUN or not first_process():
             return
         status, value, error = outcome(job_return)
         row = {
@@ -65,8 +67,6 @@ def append(path: Path, row: dict[str, Any]) -> None:
         writer = csv.DictWriter(buf, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows([*rows, row])
-        tmp = path.with_suffix(".csv.tmp")  # rewrite whole and rename: never a half-written table
-        tmp.write_text(buf.getvalue())
-        tmp.replace(path)
+        write_text(path, buf.getvalue())  # rewritten whole: never a half-written table
         # Redrawn after every job, not at the end: a sweep with a failed job never reaches on_multirun_end.
         sweep_plot.write([*rows, row], path.with_name("sweep_plot.png"))

@@ -38,6 +38,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
@@ -47,7 +48,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from brisk import compat, distributed
+from brisk import compat
+from brisk.checkpoints import paths
 from brisk.errors import BriskError
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -65,7 +67,7 @@ def checkpoint_path(trainer: L.Trainer) -> Path:
     for cb in trainer.checkpoint_callbacks:
         if isinstance(cb, ModelCheckpoint) and cb.monitor is None and cb.dirpath:
             return Path(cb.format_checkpoint_name({"epoch": trainer.current_epoch, "step": trainer.global_step}))
-    return Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+    return paths.last(trainer.default_root_dir)
 
 
 def _distributed(trainer: L.Trainer) -> bool:
@@ -73,7 +75,9 @@ def _distributed(trainer: L.Trainer) -> bool:
 
 
 class SigtermCheckpoint(L.Callback):
-    def __init__(self) -> None:
+    def __init__(self, forward: Callable[[int], None] = lambda signum: None) -> None:
+        # `forward` passes a signal on to the ranks this process started: brisk's launcher gives its own
+        self._forward = forward
         self.signum = 0  # the stop signal noted by this process, or agreed by all ranks
         self._trainer: L.Trainer | None = None
         self._group = None  # a CPU process group for the per-batch agreement
@@ -120,7 +124,7 @@ class SigtermCheckpoint(L.Callback):
         if self.signum:  # already stopping: a second Ctrl-C, or the copy rank 0 forwarded to a terminal's group
             return
         self.signum = signum
-        distributed.forward_signal(signum)  # a no-op except on a rank 0 that started the other ranks
+        self._forward(signum)  # to the ranks this process started, if it is rank 0 of brisk's own launch
         log.info("%s received: stopping after this batch", signal.Signals(signum).name)
         if self._trainer is not None and not _distributed(self._trainer):
             compat.stop_like_sigterm(self._trainer)
@@ -208,7 +212,7 @@ class SigtermCheckpoint(L.Callback):
             self._say(trainer, name, f"and could not save a checkpoint: {e}")
             return
         where = f"at global step {trainer.global_step} (epoch {trainer.current_epoch}); saved {path}"
-        if path.name.startswith("hpc_ckpt_"):
+        if paths.is_hpc(path):
             self._say(trainer, name, where, "A requeued SLURM job resumes from it by itself.")
         else:
             self._say(trainer, name, where)

@@ -11,7 +11,7 @@ import torch
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from brisk.onnx_export import INPUT, as_input
+from brisk.deploy.onnx import INPUT, as_input
 
 
 class Calibration(CalibrationDataReader):

@@ -24,61 +24,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 
-from brisk.errors import BriskError, explain, refuse
+from brisk.errors import BriskError, refuse
+from brisk.utils.explain import explain
+from brisk.utils.files import creatable, nearest_existing, write_text
+from brisk.utils.ranks import first_process
 
 RECORD = ".hydra"
 # Run directory -> its nearest folder that existed before Hydra created it (RunDirCallback, run mode).
 _existed: dict[str, Path] = {}
-
-
-def first_process() -> bool:
-    """The first process of a job, which owns its directory. The ranks brisk starts get LOCAL_RANK,
-    torchrun's get RANK, srun's get SLURM_PROCID, the ranks of other nodes NODE_RANK."""
-    return all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
-
-
-def nearest_existing(path: Path) -> Path:
-    while not os.path.lexists(path) and path != path.parent:
-        path = path.parent
-    return path
-
-
-def creatable(path: Path, key: str) -> None:
-    """Raise BriskError unless `path` is (or can be made) a folder this process may write in. Writes nothing."""
-    import tempfile
-
-    base = nearest_existing(path)
-    try:
-        if not base.is_dir():
-            raise BriskError(f"{key}={path}: {base} is a file, not a folder. Choose another {key}.")
-        _fits(path, base, key)
-        # an unnamed temporary file (O_TMPFILE): proves write access and leaves no trace
-        with tempfile.TemporaryFile(dir=base):
-            pass
-    except OSError as e:
-        raise BriskError(
-            f"{key}={path}: cannot write in {base} ({e.strerror}). Choose a folder you can write to, "
-            f"e.g. {key}=<folder>, or fix its permissions."
-        ) from None
-
-
-def _fits(path: Path, base: Path, key: str) -> None:
-    """Refuse a folder name or a path longer than the file system of `base` takes (mkdir's ENAMETOOLONG)."""
-    try:
-        name_max, path_max = os.pathconf(base, "PC_NAME_MAX"), os.pathconf(base, "PC_PATH_MAX")
-    except (OSError, ValueError):
-        name_max, path_max = 255, 4096
-    for part in path.absolute().parts[len(base.absolute().parts) :]:
-        if (size := len(os.fsencode(part))) > name_max:
-            raise BriskError(
-                f"{key}: the folder name {part[:20]}... is {size} bytes long, and the file system of {base} "
-                f"takes at most {name_max}. Choose a shorter {key}."
-            )
-    if (size := len(os.fsencode(str(path.absolute())))) >= path_max:
-        raise BriskError(
-            f"{key}: the path is {size} bytes long, and the file system of {base} takes at most {path_max - 1}. "
-            f"Choose a shorter {key}."
-        )
 
 
 def _given(value: Any, key: str) -> None:
@@ -165,9 +118,9 @@ class Run:
         hydra_cfg = HydraConfig.instance().cfg
         # Resolved: paths such as data.root come from ${oc.env:BRISK_ROOT,.} and the working folder, which
         # eval, predict and export, started elsewhere, would otherwise resolve to another folder.
-        _write(record / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        _write(record / "hydra.yaml", OmegaConf.to_yaml(hydra_cfg))
-        _write(record / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task))
+        write_text(record / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        write_text(record / "hydra.yaml", OmegaConf.to_yaml(hydra_cfg))
+        write_text(record / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task))
 
     def refused(self) -> None:
         """The run stopped before it started: remove the directory if this invocation made it."""
@@ -202,13 +155,6 @@ def leave_as_is() -> None:
     """A finished run resumed again: nothing runs, so nothing is recorded and its directory stays as it was."""
     if _current is not None:
         _current.started = True
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")  # a reader (eval, resume checks) never sees half a file
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def _close_log_files_in(folder: Path) -> None:

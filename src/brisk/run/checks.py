@@ -14,12 +14,12 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from brisk import compat
+from brisk.checkpoints import paths
 from brisk.data.images import PILLOW_PIXELS
 from brisk.errors import BriskError
 from brisk.models.classifier import check_optimizer
 
 # ckpt_path values that Lightning resolves itself rather than reading as a file name.
-CKPT_KEYWORDS = ("last", "hpc")
 INT, NUM, BOOL = "a whole number", "a number", "true or false"
 _ABSENT = object()
 # An image that declares more pixels (width x height) is a bad file; above Pillow's own bound the setting does nothing.
@@ -97,7 +97,7 @@ def validate(cfg: DictConfig) -> None:
     hardware(trainer)
     world = device_count(trainer) * num_nodes(trainer)
     batch_split(cfg.data, world)
-    checkpoint(cfg.get("ckpt_path"))
+    checkpoint_exists(cfg.get("ckpt_path"))
     if str(cfg.get("ckpt_path")) == "last":
         last_checkpoint(cfg)
 
@@ -123,11 +123,11 @@ def last_checkpoint(cfg: DictConfig) -> None:
     """`ckpt_path=last` resumes from the run directory's last checkpoint: without one, Lightning would
     only warn and train from scratch in a new directory."""
     out = Path(str(cfg.paths.output_dir))
-    folders = {out / "checkpoints", out}
+    folders = {out / paths.FOLDER, out}
     for callback in (cfg.get("callbacks") or {}).values():
         if isinstance(callback, DictConfig) and callback.get("dirpath"):
             folders.add(Path(str(callback.dirpath)))
-    if not any(any(f.glob("last*.ckpt")) for f in folders) and not any(out.glob("hpc_ckpt_*.ckpt")):
+    if not any(paths.lasts(f) for f in folders) and not paths.hpcs(out):
         raise BriskError(
             f"ckpt_path=last: {out} holds no last checkpoint to resume from. Point at the run: "
             "ckpt_path=last hydra.run.dir=<the run directory>, or ckpt_path=<run>/checkpoints/last.ckpt."
@@ -263,8 +263,8 @@ def batch_split(data: DictConfig, world: int) -> None:
             )
 
 
-def checkpoint(ckpt_path) -> None:
-    if ckpt_path is None or str(ckpt_path) in CKPT_KEYWORDS:
+def checkpoint_exists(ckpt_path) -> None:
+    if ckpt_path is None or str(ckpt_path) in paths.KEYWORDS:
         return
     if not Path(str(ckpt_path)).is_file():
         raise BriskError(

@@ -26,6 +26,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from brisk.errors import BriskError
+from brisk.utils.files import published
 
 
 @contextlib.contextmanager
@@ -122,23 +123,10 @@ class SafeCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        # One fixed temporary name per target: a write cut short by SIGKILL is overwritten by the next one.
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())  # the bytes are on disk before the name points at them
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        with contextlib.suppress(OSError):  # make the rename itself durable; some filesystems cannot
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+        with published(path, durable=True) as tmp, open(tmp, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
 
     def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None) -> dict:
         # Always weights_only=True, whatever the caller passes: a checkpoint is data, never code.

@@ -20,10 +20,10 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from brisk import restore
-from brisk.checkpoint_io import peek, resumable
+from brisk.checkpoints import paths, restore
+from brisk.checkpoints.io import peek, resumable
 from brisk.errors import BriskError
-from brisk.models import schedules
+from brisk.optim import schedules
 
 log = logging.getLogger("brisk")
 
@@ -44,19 +44,6 @@ HORIZON_KEYS = (
 RUNTIME_KEYS = ("trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy", "trainer.precision")
 # data keys that do not change the training batches, so they never count as a change of the run.
 DATA_KEYS_IGNORED = ("eval_batch_size", "channels_last", "download")
-
-
-def checkpoint_file(ckpt_path: str | None, run_dir: Path) -> Path | None:
-    """The file a ckpt_path resolves to: `last` and `hpc` as Lightning resolves them in brisk's layout."""
-    if ckpt_path is None:
-        return None
-    if str(ckpt_path) in ("last", "hpc"):
-        folder, pattern = (
-            (run_dir / "checkpoints", "last*.ckpt") if ckpt_path == "last" else (run_dir, "hpc_ckpt_*.ckpt")
-        )
-        found = [p for p in folder.glob(pattern) if p.is_file()]
-        return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
-    return Path(ckpt_path)
 
 
 def _value(cfg: DictConfig | dict, key: str) -> Any:
@@ -141,22 +128,22 @@ def nothing_to_do(cfg: DictConfig, ckpt_path: str | None, run_dir: Path) -> bool
     """For a resume: refuse what it cannot continue (BriskError), and say so when the run has already finished.
 
     True means the run is finished: its records are left as they were, and the run directory was printed."""
-    ckpt = checkpoint_file(ckpt_path, run_dir)
+    ckpt = paths.resolve(ckpt_path, run_dir)
     if ckpt is None or not ckpt.is_file():
         return False  # a fresh run, or a missing file that the config checks report
     checkpoint = peek(ckpt)
     resumable(checkpoint, ckpt, ckpt_path)  # the checks below and Lightning's restore read its keys
     compare(cfg, ckpt, checkpoint)
-    summary = _finished(cfg, restore.run_dir_of(ckpt), checkpoint)
+    summary = _finished(cfg, paths.run_dir_of(ckpt), checkpoint)
     if summary is None:
         return False
     if rank_zero_only.rank == 0:
         print(
-            f"brisk: {restore.run_dir_of(ckpt)} already finished (epoch {summary.get('epochs')}, global step "
+            f"brisk: {paths.run_dir_of(ckpt)} already finished (epoch {summary.get('epochs')}, global step "
             f"{summary['global_step']}): nothing to do, its records are left as they were. To train on, raise "
             "trainer.max_epochs (with scheduler=none, step or exp_decay).",
             file=sys.stderr,
             flush=True,
         )
-        print(restore.run_dir_of(ckpt), flush=True)  # the last line, as for every run
+        print(paths.run_dir_of(ckpt), flush=True)  # the last line, as for every run
     return True

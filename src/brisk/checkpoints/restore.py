@@ -5,7 +5,7 @@ lightning's `load_from_checkpoint` passes the file's hyperparameters to `__init_
 classifier instantiates the `net` config it is given, recursively, so a crafted
 `model.net.x = {_target_: <any function>, ...}` would be called with the file's arguments. Here the
 model is built by the builder from a config in which every `_target_` and Hydra key taken from a file
-is an exact entry of `brisk.registry` for its place, and only the state_dict (tensors, read with
+is an exact entry of `brisk.checkpoints.registry` for its place, and only the state_dict (tensors, read with
 weights_only=True) comes from the checkpoint.
 
 The config: the trusted one (conf/ + command line), with the sections that say what the run trained
@@ -32,18 +32,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from brisk.builder import build_model
-from brisk.checkpoint_io import SafeCheckpointIO, peek
+from brisk.checkpoints.io import SafeCheckpointIO, peek
+from brisk.checkpoints.paths import run_dir_of
+from brisk.checkpoints.registry import RUN_SECTIONS, Registry, current_names
 from brisk.errors import BriskError, first_line
-from brisk.registry import RUN_SECTIONS, Registry
+from brisk.models.build import build_model
 
 log = logging.getLogger("brisk")
-
-
-def run_dir_of(ckpt_path: str | Path) -> Path:
-    """The run directory of a checkpoint: <run>/checkpoints/x.ckpt, or <run>/hpc_ckpt_N.ckpt (SLURM)."""
-    ckpt = Path(ckpt_path).absolute()
-    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
 
 
 def _first_line(e: Exception) -> str:
@@ -64,12 +59,12 @@ def run_config(ckpt_path: str | Path) -> DictConfig | None:
         raise BriskError(f"{path}: cannot be read as a run config ({_first_line(e)}).") from None
     if not isinstance(cfg, DictConfig):
         raise BriskError(f"{path}: not a run config (a mapping of config keys). Restore it from the run, or delete it.")
-    return cfg
+    return OmegaConf.create(current_names(OmegaConf.to_container(cfg, resolve=False)))
 
 
 def check_targets(content: Any, source: str, trusted: DictConfig | None = None) -> None:
     """Refuse (BriskError) anything in a file's run sections `content`, read from `source`, that is not an exact
-    entry of the registry for its place; `trusted` is the command's own composed config (brisk.registry)."""
+    entry of the registry for its place; `trusted` is the command's own composed config (brisk.checkpoints.registry)."""
     Registry.of(trusted).check(content, source)
 
 
@@ -97,7 +92,7 @@ def _from_checkpoint_hparams(ckpt_path: Path) -> dict[str, Any]:
             f"{ckpt_path}: has no model hyperparameters and its run's .hydra/config.yaml is missing. "
             "Evaluate a checkpoint inside the run directory brisk-train wrote."
         )
-    hparams = dict(hparams)
+    hparams = current_names(dict(hparams))
     optimizer, scheduler = hparams.pop("optimizer", None), hparams.pop("scheduler", None)
     return {"model": hparams, "optimizer": optimizer, "scheduler": scheduler}
 

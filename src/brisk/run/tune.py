@@ -21,9 +21,10 @@ from lightning.pytorch.callbacks import BatchSizeFinder, LearningRateFinder
 from lightning.pytorch.tuner import Tuner
 from omegaconf import DictConfig, OmegaConf
 
-from brisk import checks
-from brisk.builder import build_datamodule, build_model, build_trainer
 from brisk.errors import BriskError
+from brisk.run import checks
+from brisk.run.builder import build_datamodule, build_model
+from brisk.run.prepare import build_trainer
 
 log = logging.getLogger("brisk")
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed")

@@ -1,0 +1,24 @@
+"""The classifier for a composed config, sized by its data: the DataModule names the classes it predicts."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+
+def build_model(cfg: DictConfig, datamodule: L.LightningDataModule | None = None) -> L.LightningModule:
+    """The model for the data: its classes come from the DataModule (built from cfg.data if not given)."""
+    datamodule = datamodule if datamodule is not None else instantiate(cfg.data)
+    # _recursive_=False: the classifier builds its own net and optimizer, and keeps their configs as hparams.
+    model = instantiate(
+        cfg.model,
+        optimizer=cfg.optimizer,
+        scheduler=cfg.get("scheduler"),
+        class_names=datamodule.class_names,
+        _recursive_=False,
+    )
+    if datamodule.hparams.get("channels_last"):  # the DataModule delivers channels_last inputs: match them
+        model.to(memory_format=torch.channels_last)
+    return model

@@ -1,0 +1,71 @@
+"""The one builder: a composed config in, the Trainer, DataModule and LightningModule out. It builds and nothing
+else: checking the config and the disk, and starting a job's other ranks, are steps of their own (train.py takes
+them one by one, brisk.run.prepare all at once for the other commands).
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from brisk import compat
+from brisk.callbacks import DivergenceGuard, RankSeed, ResumeState, SigtermCheckpoint, SpeedMeter, StartupClock
+from brisk.checkpoints.io import SafeCheckpointIO
+from brisk.models.build import build_model
+from brisk.run import launch
+
+__all__ = ["always_on", "build_datamodule", "build_model", "make_trainer", "resolve_precision"]
+
+
+def resolve_precision(requested: str | int, accelerator: str) -> str:
+    """`auto` -> bf16-mixed on GPUs that support it, 16-mixed on older GPUs, 32 elsewhere.
+
+    Other values pass unchanged: checks.validate has already refused unknown ones."""
+    requested = str(requested)
+    if requested != "auto":
+        return requested
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    return "32-true"
+
+
+def _instantiate_all(group: DictConfig | None) -> list:
+    """Instantiate every entry of a name -> config mapping (callbacks, loggers); null entries are off."""
+    return [instantiate(c) for c in (group or {}).values() if c is not None]
+
+
+def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.Trainer:
+    """The Trainer of `cfg`, with brisk's checkpoint IO and `extra_callbacks`; checks nothing, starts nothing."""
+    precision = resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator))
+    callbacks = [*_instantiate_all(cfg.get("callbacks")), *extra_callbacks]
+    # Checkpoints are written by temp file + rename and always read with weights_only=True.
+    plugins = [SafeCheckpointIO(), *instantiate(cfg.trainer.get("plugins") or [])]
+    trainer = instantiate(
+        cfg.trainer,
+        precision=precision,
+        callbacks=callbacks,
+        logger=_instantiate_all(cfg.get("logger")),
+        plugins=plugins,
+    )
+    for callback in trainer.callbacks:  # with those Lightning adds itself (the model summary)
+        compat.skip_empty_hooks(callback)
+    return trainer
+
+
+def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    return instantiate(cfg.data)
+
+
+def always_on() -> list[L.Callback]:
+    """Whatever the callbacks group says: the measurements in summary.json (find them in trainer.callbacks),
+    exact resume, each rank's own augmentation draws, NaN stop, checkpoint on SIGTERM."""
+    return [
+        SpeedMeter(),
+        StartupClock(),
+        ResumeState(),
+        RankSeed(),
+        DivergenceGuard(),
+        SigtermCheckpoint(forward=launch.forward_signal),
+    ]

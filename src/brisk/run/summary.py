@@ -1,0 +1,92 @@
+"""summary.json: what a script needs from a finished run, without parsing logs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from brisk.callbacks import SpeedMeter, StartupClock
+from brisk.models.sparsity import sparsity
+from brisk.run import launch
+from brisk.utils.files import write_text
+
+
+def hardware() -> dict[str, Any]:
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return {
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "gpus": gpus,
+        "torch": torch.__version__,
+        "lightning": L.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def scalars(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in sorted(metrics.items()) if getattr(v, "numel", lambda: 1)() == 1}
+
+
+def strict(value: Any) -> Any:
+    """NaN and +-Inf become None (null): JSON has no such numbers, and strict readers refuse Python's `NaN`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict(v) for v in value]
+    return value
+
+
+def write(path: Path, summary: dict[str, Any]) -> None:
+    """Write strict JSON atomically: a reader never sees half a file, nor a bare NaN."""
+    write_text(path, json.dumps(strict(summary), indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def of_training(
+    cfg: DictConfig,
+    trainer: L.Trainer,
+    datamodule: L.LightningDataModule,
+    model: L.LightningModule,
+    metrics: dict[str, float],
+    fit_seconds: float,
+    tested: str,
+    last: str,
+) -> dict[str, Any]:
+    """summary.json of a brisk-train run: its metrics (fit's and test's), speed, shape and where its checkpoints are.
+    `tested` is the checkpoint the test loaded, `last` the run's last checkpoint."""
+    speed, startup = (next(c for c in trainer.callbacks if isinstance(c, kind)) for kind in (SpeedMeter, StartupClock))
+    run_dir = HydraConfig.get().runtime.output_dir
+    return {
+        "run_dir": str(run_dir),
+        "metrics": metrics,
+        "images_per_sec": speed.images_per_sec,
+        "fit_seconds": fit_seconds,
+        "startup_seconds": startup.seconds,  # process start to the first training step
+        "epochs": trainer.current_epoch,
+        "global_step": trainer.global_step,
+        "precision": {"requested": str(cfg.trainer.precision), "effective": trainer.precision},
+        "world_size": trainer.world_size,
+        "global_batch": cfg.data.batch_size,
+        "per_device_batch": cfg.data.batch_size // trainer.world_size,
+        "accumulation": trainer.accumulate_grad_batches,
+        "effective_batch": cfg.data.batch_size * trainer.accumulate_grad_batches,
+        "ckpt_path": tested,
+        "last_ckpt_path": last,
+        "seed": cfg.seed,
+        "class_names": datamodule.class_names,
+        "normalization": {"mean": datamodule.mean, "std": datamodule.std},
+        "sparsity": sparsity(model),  # of the tested weights: per conv/linear weight and in total
+        "overrides": list(HydraConfig.get().overrides.task),
+        "hardware": hardware(),
+        "distributed": launch.environment(trainer),
+    }

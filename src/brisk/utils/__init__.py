@@ -1,0 +1,1 @@
+"""Small helpers every layer may use: plain config containers, folder checks, which process this is."""

@@ -1,0 +1,246 @@
+"""`explain`: what Hydra, OmegaConf and the constructors Hydra calls raise for mistakes the user can fix, as
+one BriskError line.
+
+Hydra wraps whatever a constructor raises in its InstantiationException (brisk's own BriskError included) and
+says where only in its message; its composition errors are several lines. `explain` finds the cause, names the
+config key it belongs to and says the fix, in one line. Anything it does not know is a bug and stays as it is.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import inspect
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from hydra.errors import (
+    CompactHydraException,
+    InstantiationException,
+    MissingConfigException,
+    OverrideParseException,
+)
+from omegaconf import OmegaConf
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    InterpolationResolutionError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+)
+
+from brisk import compat
+from brisk.errors import BriskError, first_line
+from brisk.utils.config import nodes
+
+
+def explain(error: BaseException, cfg: Any = None, overrides: Sequence[str] = ()) -> BriskError | None:
+    """The one-line error for a mistake in the config or on the command line, or None for anything else.
+
+    `cfg` is the job's config (to find the key of the node Hydra was building), `overrides` the command line's
+    (to name the ones that set that key)."""
+    innermost = error
+    while isinstance(innermost.__cause__, InstantiationException):
+        innermost = innermost.__cause__
+    cause = innermost.__cause__ if isinstance(innermost, InstantiationException) else innermost
+    if isinstance(cause, BriskError):
+        return cause
+    if (
+        isinstance(innermost, InstantiationException)
+        and cause is not None
+        and (found := _constructor(innermost, cause, cfg, list(overrides)))
+    ):
+        return found
+    if isinstance(cause, OmegaConfBaseException):
+        return _config_value(cause, cfg)
+    if isinstance(error, CompactHydraException) and not isinstance(error, InstantiationException):
+        return _composition(error, list(overrides))
+    return None
+
+
+def _line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _set_by(key: str, overrides: list[str]) -> str:
+    """The overrides that set `key`, something under it or the group above it, the last of each key."""
+    last = {}
+    for override in overrides:
+        name = override.partition("=")[0].lstrip("+~")
+        if name == key or name.startswith(f"{key}.") or key.startswith(f"{name}."):
+            last[name] = override
+    return " ".join(list(last.values())[-6:])
+
+
+def _node(cfg: Any, target: str, full_key: str | None, arg: str | None, present: bool) -> tuple[str, str] | None:
+    """(key, `_target_` as the config writes it) of the node Hydra was building when `target` failed. Hydra names
+    the callable by its defining module (brisk.models.nets.simple_cnn.SimpleCNN), the config often by its package,
+    so the class name decides; where two nodes build it, the one that has (or lacks) `arg` does."""
+    if cfg is None or not OmegaConf.is_config(cfg):
+        return None
+    name = target.rsplit(".", 1)[-1]
+    found = [
+        (key, node)
+        for key, node in nodes(OmegaConf.to_container(cfg, resolve=False))
+        if isinstance(node, dict) and str(node.get("_target_", "")).rsplit(".", 1)[-1] == name
+    ]
+    found.sort(key=lambda kn: (kn[0] != full_key, arg is not None and (arg in kn[1]) != present))
+    return (found[0][0], str(found[0][1]["_target_"])) if found else None
+
+
+def _parameters(target: str) -> list[str]:
+    """The keyword arguments of `target`, if its module is already imported (nothing is imported to find out)."""
+    parts = target.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        if (obj := sys.modules.get(".".join(parts[:i]))) is not None:
+            for part in parts[i:]:
+                obj = getattr(obj, part, None)
+            try:
+                return [p.name for p in inspect.signature(obj).parameters.values() if p.kind.name != "VAR_KEYWORD"]
+            except (TypeError, ValueError):
+                return []
+    return []
+
+
+def _did_you_mean(word: str, choices: list[str], prefix: str = "") -> str:
+    close = difflib.get_close_matches(word, choices, n=3)
+    return f" (did you mean {' or '.join(prefix + c for c in close)}?)" if close else ""
+
+
+def _constructor(
+    error: InstantiationException, cause: BaseException, cfg: Any, overrides: list[str]
+) -> BriskError | None:
+    target, full_key = compat.instantiation_site(error)
+    if target is None:
+        return None
+    text = str(cause)
+    unexpected = re.search(r"unexpected keyword argument '(\w+)'", text)
+    missing = (
+        re.findall(r"'(\w+)'", m[1]) if (m := re.search(r"missing \d+ required .*?arguments?: (.+)", text)) else []
+    )
+    arg = unexpected[1] if unexpected else (missing[0] if missing else None)
+    key, shown = _node(cfg, target, full_key, arg, present=bool(unexpected)) or (full_key or target, target)
+    if isinstance(cause, TypeError) and unexpected:
+        hint = _did_you_mean(arg, _parameters(target), f"{key}.")
+        given = next((o for o in overrides if o.partition("=")[0].lstrip("+") == f"{key}.{arg}"), f"{key}.{arg}")
+        return BriskError(f"{key}.{arg}: {shown} takes no argument {arg!r}{hint}. Remove {given}, or correct its name.")
+    if isinstance(cause, TypeError) and missing:
+        needed = f"{key}.{missing[0]}"
+        removed = [
+            o for o in overrides if o.startswith("~") and (needed + ".").startswith(o[1:].partition("=")[0] + ".")
+        ]
+        return BriskError(
+            f"{', '.join(f'{key}.{a}' for a in missing)}: {shown} needs {' and '.join(map(repr, missing))}, and the "
+            "config gives none. " + (f"Leave out {' '.join(removed)}." if removed else f"Set it: {needed}=<value>.")
+        )
+    package = _missing_package(cause)
+    if isinstance(cause, ImportError) and package in (None, target.split(".")[0]):  # the name itself is wrong
+        return BriskError(f"{key}._target_={shown}: nothing can be imported by that name. Correct the name.")
+    if package:
+        extra = _extra_for(package)
+        install = f"pip install -e '.[{extra}]' (brisk's {extra} extra)" if extra else f"pip install {package}"
+        undo = _set_by(key, overrides)
+        return BriskError(
+            f"{key}: {shown} needs {package}, which is not installed. Install it: {install}"
+            + (f", or change {undo}." if undo else ".")
+        )
+    misconfiguration = sys.modules.get("lightning.fabric.utilities.exceptions")
+    if isinstance(cause, ValueError) or (
+        misconfiguration is not None and isinstance(cause, misconfiguration.MisconfigurationException)
+    ):
+        by = _set_by(key, overrides)
+        return BriskError(
+            f"{key}: {shown} refused its settings: {_line(cause)}. Fix the value" + (f" ({by})." if by else ".")
+        )
+    return None
+
+
+def _missing_package(cause: BaseException) -> str | None:
+    """The top-level name of the module that could not be imported, anywhere in the cause's chain."""
+    while cause is not None:
+        if isinstance(cause, ModuleNotFoundError):
+            name = cause.name or next(iter(re.findall(r"['\"]([A-Za-z_][\w.\-]*)", str(cause))), None)
+            return name.split(".")[0] if name else None
+        cause = cause.__cause__
+    return None
+
+
+def _extra_for(package: str) -> str | None:
+    """The extra of this project's distribution that installs `package` (`wandb` -> `wandb`), if any."""
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "_", name).lower()
+
+    try:
+        requirements = importlib.metadata.requires(__name__.partition(".")[0]) or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for requirement in requirements:
+        m = re.match(r"([A-Za-z0-9][\w.\-]*).*extra == ['\"]([\w\-]+)['\"]", requirement)
+        if m and m[2] != "dev" and norm(m[1]) == norm(package):
+            return m[2]
+    return None
+
+
+def _unresolvable(cfg: Any) -> str | None:
+    """The first key of `cfg` whose ${...} fails to resolve: OmegaConf.resolve, which instantiate calls, loses it."""
+    if cfg is None or not OmegaConf.is_config(cfg):
+        return None
+    for key, value in nodes(OmegaConf.to_container(cfg, resolve=False)):
+        if isinstance(value, str) and "${" in value:
+            try:
+                OmegaConf.select(cfg, key)
+            except OmegaConfBaseException:
+                return key
+    return None
+
+
+def _config_value(cause: OmegaConfBaseException, cfg: Any) -> BriskError:
+    key = cause.full_key or _unresolvable(cfg) or "the config"
+    text = first_line(cause)
+    if isinstance(cause, MissingMandatoryValue):
+        return BriskError(f"{key} has no value (??? in the config). Give it one: {key}=<value>.")
+    if isinstance(cause, InterpolationResolutionError):
+        text = re.sub(r"^\w+ raised while resolving interpolation: ", "", text).strip("\"'")
+        return BriskError(
+            f"{key}: its ${{...}} cannot be resolved: {text}. Set what it refers to, or give {key} a plain value."
+        )
+    if isinstance(cause, ConfigKeyError | ConfigAttributeError):
+        return BriskError(
+            f"{key} is not in the config, and brisk needs it. Leave out ~{key}, or give it: +{key}=<value>."
+        )
+    return BriskError(f"{key}: {text}.")
+
+
+def _composition(error: CompactHydraException, overrides: list[str]) -> BriskError:
+    """Hydra's own errors while it reads the command line and composes the config."""
+    if isinstance(error, OverrideParseException):
+        return BriskError(
+            f"{error.override}: Hydra cannot read this override ({first_line(error.message)}). Quote a value that "
+            "holds spaces, brackets, quotes or = signs: key='value' (in a shell: \"key='value'\")."
+        )
+    if isinstance(error, MissingConfigException) and error.missing_cfg_file and error.options:
+        group, _, name = error.missing_cfg_file.rpartition("/")
+        return BriskError(f"{group}={name}: no such option. Choose one of: {', '.join(error.options)}.")
+    if override := compat.ambiguous_override(error):
+        key, _, value = override.partition("=")
+        return BriskError(
+            f"{override}: the comma makes this several values (a list, or a sweep under -m). For one value with a "
+            f"comma in it, quote it: {key}='{value}' (in a shell: \"{key}='{value}'\"); for a list: {key}=[{value}]."
+        )
+    cause = error.__cause__
+    if isinstance(cause, ConfigKeyError | ConfigAttributeError) and cause.full_key:
+        key = cause.full_key
+        where, _, leaf = key.rpartition(".")
+        known = [str(k) for k in (cause.parent_node or {}) if k != "hydra"]
+        given = next((o for o in overrides if o.partition("=")[0] == key), key)
+        hint = _did_you_mean(leaf, known, f"{where}." if where else "")
+        if not hint and not where:
+            hint = f" (the top-level keys and groups: {', '.join(sorted(known))})"
+        return BriskError(
+            f"{given}: the config has no key {key}{hint}. Correct the name, or add a new key with +{given}."
+        )
+    extra = f" {first_line(cause)}" if isinstance(cause, OmegaConfBaseException) else ""
+    return BriskError(_line(f"{error}{extra}"))
