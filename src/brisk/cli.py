@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import re
@@ -43,7 +44,9 @@ def user_errors(task):
         run = None
         try:
             run = rundir.Run()
-            result = task(cfg, *args, **kwargs)
+            # A task that takes `run` is handed the run directory's record, to mark when the run really starts.
+            wants_run = "run" in inspect.signature(task).parameters
+            result = task(cfg, *args, run=run, **kwargs) if wants_run else task(cfg, *args, **kwargs)
             run.start(cfg)  # entry points that do not mark the start themselves are recorded when done
             return result
         except KeyboardInterrupt:  # Ctrl-C outside a Trainer stage (inside one, SigtermCheckpoint stops cleanly)

@@ -23,12 +23,12 @@ from brisk.utils.ranks import first_process
 log = logging.getLogger("brisk")
 
 
-def train(cfg: DictConfig) -> float | None:
+def train(cfg: DictConfig, run: rundir.Run) -> float | None:
     checks.validate(cfg)  # before seeding too: seed_everything raises on a seed out of range
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     ckpt_path = launch.slurm_resume_path(cfg.get("ckpt_path"), run_dir)
     if resume.nothing_to_do(cfg, ckpt_path, run_dir):  # a resume is first compared with its run's config
-        rundir.leave_as_is()
+        run.leave_as_is()
         return None
     L.seed_everything(cfg.seed, workers=True)
     datamodule = build_datamodule(cfg)
@@ -38,7 +38,7 @@ def train(cfg: DictConfig) -> float | None:
     model = build_model(cfg, datamodule)
     _log_precision(str(cfg.trainer.precision), str(cfg.trainer.accelerator), trainer)
 
-    rundir.start(cfg)  # every check has passed: from here on the run directory is kept, with its record
+    run.start(cfg)  # every check has passed: from here on the run directory is kept, with its record
     start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     fit_seconds = time.perf_counter() - start
@@ -67,12 +67,12 @@ def _log_precision(requested: str, accelerator: str, trainer: L.Trainer) -> None
 
 
 @entry_point("train")
-def main(cfg: DictConfig) -> float | None:
+def main(cfg: DictConfig, run: rundir.Run) -> float | None:
     if cfg.get("tune"):  # tune=lr|batch_size: Lightning's finders instead of training
         from brisk.run.tune import tune
 
         return tune(cfg)
-    return train(cfg)
+    return train(cfg, run)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ from brisk.utils.files import creatable, nearest_existing, write_text
 from brisk.utils.ranks import first_process
 
 RECORD = ".hydra"
-# Run directory -> its nearest folder that existed before Hydra created it (RunDirCallback, run mode).
+# Run directory -> its nearest folder that existed before Hydra created it. The one thing handed from
+# RunDirCallback to the task's Run: Hydra builds its callbacks itself and passes the task only the config.
 _existed: dict[str, Path] = {}
 
 
@@ -103,8 +104,6 @@ class Run:
                 ) from None
             logging.getLogger("brisk").warning("cannot lock %s (%s): running unlocked", self.dir, e.strerror)
         self.owned = not existed
-        global _current
-        _current = self
 
     def start(self, cfg: DictConfig) -> None:
         """The run really starts: write its record (once). A resume keeps the original and adds its own."""
@@ -134,27 +133,14 @@ class Run:
                 parent.rmdir()
             parent = parent.parent
 
+    def leave_as_is(self) -> None:
+        """A finished run resumed again: nothing runs, so nothing is recorded and its directory stays as it was."""
+        self.started = True
+
     def close(self) -> None:
-        global _current
-        _current = None if _current is self else _current
         if self._lock is not None:
             os.close(self._lock)  # closing the descriptor releases the lock
             self._lock = None
-
-
-_current: Run | None = None
-
-
-def start(cfg: DictConfig) -> None:
-    """Mark the current run as started (its checks passed): from here on its directory is kept."""
-    if _current is not None:
-        _current.start(cfg)
-
-
-def leave_as_is() -> None:
-    """A finished run resumed again: nothing runs, so nothing is recorded and its directory stays as it was."""
-    if _current is not None:
-        _current.started = True
 
 
 def _close_log_files_in(folder: Path) -> None:
