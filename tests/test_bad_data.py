@@ -3,7 +3,6 @@ the fix, prints no traceback, and writes nothing over the data it was given."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import shutil
@@ -19,7 +18,7 @@ import pytest
 
 from brisk.data import cifar_files as cf
 from brisk.data import synthetic as syn
-from conftest import TINY, run_cli
+from helpers import TINY, assert_user_error, run_cli, tree
 
 FOLDER = cf.FOLDER
 TRAIN = [o for o in TINY if not o.startswith("data")] + ["trainer.max_epochs=1", "callbacks.progress_bar=null"]
@@ -27,23 +26,6 @@ TRAIN = [o for o in TINY if not o.startswith("data")] + ["trainer.max_epochs=1",
 
 def data_args(root: Path) -> list[str]:
     return [*TRAIN, "data=cifar10", f"data.root={root}", "data.val_size=10", "data.batch_size=10"]
-
-
-def assert_user_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    """Exit 2, no traceback, and the last line of stderr is the one error line, holding every needle."""
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    errors = [line for line in lines if line.startswith("brisk: error:")]
-    assert errors == [lines[-1]], proc.stderr[-3000:]
-    for needle in needles:
-        assert needle in lines[-1]
-    return lines[-1]
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    files = [p for p in folder.rglob("*") if p.is_file()]
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +75,12 @@ def test_damaged_set_stops_with_one_line(case, data_root, brisk_root):
         bad.unlink()
     else:
         damage(bad)
-    before = snapshot(data_root)
+    before = tree(data_root)
     proc = run_cli("train", data_args(data_root), brisk_root, check=False)
     line = assert_user_error(proc, str(bad), message)
     # the fix: what to do about the file, in words
     assert "download" in line and ("Delete" in line or "delete" in line)
-    assert snapshot(data_root) == before, "brisk wrote into the data folder"
+    assert tree(data_root) == before, "brisk wrote into the data folder"
 
 
 def test_data_dir_not_writable(tmp_path, brisk_root):

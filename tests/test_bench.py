@@ -32,7 +32,7 @@ from brisk_lab.fit import DataCache, measure_fit
 from brisk_lab.memory import PeakMemory
 from brisk_lab.plain import plain_loop
 from brisk_lab.run import plan
-from conftest import TINY, compose_cfg, run_cli, run_dir_of
+from helpers import TINY, compose_cfg, run_cli, run_dir_of
 
 
 def compose_bench(overrides: list[str], root) -> DictConfig:

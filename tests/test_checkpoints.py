@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TINY, run_cli
-from test_bad_data import assert_user_error
+from helpers import TINY, assert_user_error, run_cli
 
 # A child process that writes one large checkpoint with the named CheckpointIO.
 WRITER = """

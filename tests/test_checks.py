@@ -11,8 +11,7 @@ import torch
 from brisk.errors import BriskError
 from brisk.run import checks
 from brisk.run.prepare import build_trainer
-from conftest import TINY, compose_cfg, run_cli
-from test_bad_data import assert_user_error
+from helpers import TINY, assert_user_error, compose_cfg, run_cli
 
 CORES = len(os.sched_getaffinity(0))
 

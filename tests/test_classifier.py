@@ -19,9 +19,7 @@ from brisk.errors import BriskError
 from brisk.models import ImageClassifier
 from brisk.run.builder import build_model
 from brisk.run.prepare import build
-from conftest import TINY, compose_cfg
-from test_bad_data import assert_user_error
-from test_hostile import BASE, RUNS, brisk_train, restore_logging, tree  # noqa: F401 (restore_logging: a fixture)
+from helpers import BASE, RUNS, TINY, assert_user_error, brisk_train, compose_cfg, tree
 
 
 def test_logged_train_loss_is_the_optimized_loss_with_l1(project):

@@ -10,7 +10,7 @@ from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
 from omegaconf import OmegaConf
 
 from brisk import compat
-from conftest import bare_trainer, compose_cfg
+from helpers import bare_trainer, compose_cfg
 
 
 def test_private_apis_still_exist():

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import math
 from pathlib import Path
 
 import pytest
 import torch
 import torchvision
-from hydra.utils import instantiate
+from hydra.utils import get_object, instantiate
+from omegaconf import OmegaConf
 
 from brisk import cli
 from brisk.cli import CONFIG_PATH
@@ -17,7 +19,7 @@ from brisk.errors import BriskError
 from brisk.optim import schedules
 from brisk.run.builder import build_datamodule, build_model
 from brisk.run.prepare import build_trainer
-from conftest import TINY, compose_cfg
+from helpers import TINY, compose_cfg
 
 GROUPS = [
     "data",
@@ -129,3 +131,36 @@ def test_exp_decay_is_the_keras_recipe():
         sched.step()
     assert [a for a, _ in ours] == pytest.approx([b for _, b in ours], rel=1e-12)
     assert [round(a, 4) for a, _ in ours[9:12]] == [1.0, 0.9048, 0.8187]
+
+
+# YAML entries that copy a library's default so that `key=value` needs no `+`: (file, what it builds, the keys).
+LIBRARY_DEFAULTS = [
+    (
+        "trainer/default.yaml",
+        "lightning.pytorch.Trainer",
+        (
+            "num_nodes",
+            "deterministic",
+            "gradient_clip_val",
+            "check_val_every_n_epoch",
+            "limit_train_batches",
+            "limit_val_batches",
+            "enable_model_summary",
+        ),
+    ),
+    ("callbacks/ema.yaml", "lightning.pytorch.callbacks.EMAWeightAveraging", ("ema.decay",)),
+    ("callbacks/swa.yaml", "lightning.pytorch.callbacks.StochasticWeightAveraging", ("swa.swa_epoch_start",)),
+    ("tune/lr.yaml", "lightning.pytorch.tuner.Tuner.lr_find", ("min_lr", "max_lr", "num_training")),
+    ("model/simple_cnn.yaml", "brisk.models.nets.SimpleCNN", ("net.dropout", "net.width")),
+    ("model/resnet18.yaml", "brisk.models.nets.cifar_resnet18", ("net.dropout",)),
+    ("model/airbench.yaml", "brisk.models.nets.AirbenchNet", ("net.dropout",)),
+]
+
+
+@pytest.mark.parametrize("file, target, keys", LIBRARY_DEFAULTS, ids=[f for f, _, _ in LIBRARY_DEFAULTS])
+def test_yaml_copies_of_a_default_stay_that_default(file, target, keys):
+    """A copy drifts when the library changes its default; then the file must say why it differs, not copy."""
+    node = OmegaConf.load(Path(CONFIG_PATH) / file)
+    parameters = inspect.signature(get_object(target)).parameters
+    drifted = {k: (OmegaConf.select(node, k), parameters[k.rsplit(".", 1)[-1]].default) for k in keys}
+    assert {k: v for k, v in drifted.items() if v[0] != v[1]} == {}

@@ -22,7 +22,7 @@ from brisk import train
 from brisk.callbacks import RankSeed
 from brisk.data import augment as aug
 from brisk.run.builder import build_datamodule, build_model
-from conftest import compose_cfg
+from helpers import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RUN = [
@@ -141,7 +141,7 @@ def test_ranks_draw_their_own_augmentations_and_data_code_leaves_the_rng_alone(t
 @pytest.mark.slow
 def test_ddp_trains_on_an_image_folder(tmp_path, brisk_root):
     """Two gloo ranks: rank 0 decodes the cache in prepare_data, both map it, their shards cover the split."""
-    from conftest import read_summary, run_cli, run_dir_of
+    from helpers import read_summary, run_cli, run_dir_of
 
     for c, name in enumerate(["x", "y"]):
         for i in range(20):
@@ -156,7 +156,7 @@ def test_ddp_trains_on_an_image_folder(tmp_path, brisk_root):
     assert len(list((tmp_path / "images" / ".brisk-cache").iterdir())) == 1
 
 
-TINY_NET = '''
+TINY_NET = """
 from torch import nn
 
 
@@ -168,7 +168,7 @@ class TinyNet(nn.Module):
 
     def forward(self, x):
         return self.head(self.body(x))
-'''
+"""
 
 
 def test_adding_a_net_as_the_readme_says(tmp_path, monkeypatch):

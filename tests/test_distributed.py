@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
 from brisk.cli import CONFIG_PATH
-from conftest import SLURM_ENV, TINY, read_summary, run_cli, run_dir_of
+from helpers import SLURM_ENV, TINY, read_summary, run_cli, run_dir_of
 
 DDP = ["strategy=ddp", "trainer.devices=2", "trainer.max_epochs=1", "callbacks.progress_bar=null"]
 

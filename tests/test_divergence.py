@@ -13,8 +13,7 @@ from torch.overrides import TorchFunctionMode
 
 from brisk.callbacks import DivergenceGuard
 from brisk.callbacks.divergence_guard import Diverged
-from conftest import TINY, bare_trainer, run_cli
-from test_bad_data import assert_user_error
+from helpers import TINY, assert_user_error, bare_trainer, run_cli
 
 # Learning rate x e^40 from epoch 2 on: epochs 0 and 1 train normally, epoch 2 blows up (8 steps per epoch).
 EXPLODE = [

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from brisk.run.prepare import build
-from conftest import TINY, compose_cfg, read_summary, run_cli, run_dir_of
+from helpers import TINY, compose_cfg, read_summary, run_cli, run_dir_of
 
 EXACT = [*TINY, "augment=none", "+model.net.norm=false", "scheduler=none", "trainer.max_epochs=1"]
 EXACT += ["callbacks.progress_bar=null", "trainer.deterministic=true"]

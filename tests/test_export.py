@@ -21,7 +21,7 @@ from brisk.export import _check_request
 from brisk.models import ImageClassifier
 from brisk.run.builder import build_datamodule
 from brisk.utils.files import published
-from conftest import run_cli, run_dir_of
+from helpers import run_cli, run_dir_of
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TINY, read_summary, run_cli, run_dir_of
+from helpers import TINY, read_summary, run_cli, run_dir_of
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -52,7 +52,7 @@ def test_quiet_steps_do_not_sync_the_device(brisk_root):
 
     from brisk import compat
     from brisk.run.prepare import build
-    from conftest import compose_cfg
+    from helpers import compose_cfg
 
     cfg = compose_cfg([*[o for o in GPU if "progress_bar" not in o], "trainer.limit_val_batches=1"], brisk_root)
     every = cfg.callbacks.progress_bar.every_n_steps

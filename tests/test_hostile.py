@@ -6,10 +6,7 @@ tested against a real second process.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import fcntl
-import hashlib
 import logging
 import os
 import shutil
@@ -25,105 +22,19 @@ import pytest
 import torch
 
 from brisk import train
-from brisk.cli import CONFIG_PATH, user_errors
+from brisk.cli import user_errors
 from brisk.data import cifar_files as cf
 from brisk.data import synthetic as syn
-from conftest import TINY, compose_cfg
-from test_bad_data import assert_user_error
-
-BASE = [*TINY, "trainer.max_epochs=1", "callbacks.progress_bar=null", "scheduler=none", "data.batch_size=500"]
-RUNS = Path("logs/train/runs")
-
-
-def tree(folder: Path) -> dict[str, str]:
-    """Every file (by content hash) and folder under `folder`: what "unchanged" is checked against."""
-    found = {}
-    for p in sorted(folder.rglob("*")):
-        found[str(p.relative_to(folder))] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-    return found
-
-
-NOBODY = 65534
-CAP_DAC_READ_SEARCH = 2  # linux/capability.h: read any file and search any folder, whatever its mode
-
-
-def checkout_reachable() -> bool:
-    """Whether nobody can read this checkout (its conf/, its .venv): not when it sits inside a folder only root may
-    enter, such as /root or a mktemp -d folder."""
-    if os.geteuid() != 0:
-        return True
-    os.seteuid(NOBODY)
-    try:
-        return all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in (CONFIG_PATH, sys.prefix))
-    finally:
-        os.seteuid(0)
-
-
-def _read_anything() -> None:
-    """Give this thread back CAP_DAC_READ_SEARCH after the drop to nobody (capset(2), as libcap does), so it can
-    still import and read the checkout, while every write is judged by nobody's rights."""
-
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
-    if libc.capget(ctypes.byref(header), data) or not data[0].permitted & (1 << CAP_DAC_READ_SEARCH):
-        raise OSError(ctypes.get_errno(), "capget: CAP_DAC_READ_SEARCH is not permitted here")
-    data[0].effective |= 1 << CAP_DAC_READ_SEARCH
-    if libc.capset(ctypes.byref(header), data):
-        raise OSError(ctypes.get_errno(), "capset")
-
-
-@contextlib.contextmanager
-def without_rights():
-    """Run as a user the chmod bits apply to: root ignores them, so drop to nobody (effective uid only). Where
-    nobody cannot reach the checkout, reading stays allowed (CAP_DAC_READ_SEARCH): only writes are nobody's."""
-    if os.geteuid() != 0:
-        yield
-        return
-    reachable = checkout_reachable()
-    os.seteuid(NOBODY)
-    try:
-        if not reachable:
-            _read_anything()
-        yield
-    finally:
-        os.seteuid(0)  # back to root: the effective capabilities are the permitted ones again
-
-
-@pytest.fixture
-def restore_logging():
-    """Each in-process run configures logging as Hydra does; give the next test the handlers it had."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    for h in root.handlers[:]:
-        if h not in handlers:
-            root.removeHandler(h)
-            h.close()
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
-def brisk_train(argv: list[str], root: Path, capsys, monkeypatch) -> subprocess.CompletedProcess:
-    """brisk-train's console entry point, in this process: the exit status and what it printed."""
-    monkeypatch.setenv("BRISK_ROOT", str(root))
-    monkeypatch.chdir(root)
-    if any(a.startswith("data=") for a in argv[len(BASE) :]):  # another dataset: drop BASE's synthetic keys
-        argv = [a for a in argv[: len(BASE)] if not a.startswith("data")] + argv[len(BASE) :]
-    monkeypatch.setattr(sys, "argv", ["brisk-train", *argv])
-    capsys.readouterr()
-    try:
-        train.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(argv, code, out.out, out.err)
+from helpers import (
+    BASE,
+    RUNS,
+    assert_user_error,
+    brisk_train,
+    checkout_reachable,
+    compose_cfg,
+    tree,
+    without_rights,
+)
 
 
 @pytest.fixture(scope="module")

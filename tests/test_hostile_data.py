@@ -33,10 +33,19 @@ from brisk.data import ImageFolderDataModule, image_cache
 from brisk.data.images import PILLOW_PIXELS, TRAINING, read_image, scan
 from brisk.errors import BriskError
 from brisk.predict import KEYS as PREDICT_KEYS
-from conftest import main_in_process, read_summary, run_dir_of
-from test_bad_data import assert_user_error
-from test_hostile import BASE, brisk_train, restore_logging, tree  # noqa: F401 (restore_logging: a fixture)
-from test_image_folder import folder, module, rgb, write
+from helpers import (
+    BASE,
+    assert_user_error,
+    brisk_train,
+    folder,
+    main_in_process,
+    module,
+    read_summary,
+    rgb,
+    run_dir_of,
+    tree,
+    write,
+)
 
 CLASSES = ("cat", "dog")
 

@@ -17,10 +17,7 @@ import pytest
 from hydra.errors import InstantiationException
 
 from brisk.data import SyntheticDataModule
-from conftest import run_cli
-from test_bad_data import assert_user_error
-from test_hostile import BASE, brisk_train, restore_logging, tree  # noqa: F401 (restore_logging: a fixture)
-from test_signals import _env
+from helpers import BASE, assert_user_error, brisk_train, env_with_tests, run_cli, tree
 
 LONG_NAME = "x" * 300
 
@@ -98,7 +95,7 @@ class SigintInSetup(SyntheticDataModule):
 def test_ctrl_c_while_fit_sets_up_the_data_is_interrupted_130(project):
     run_dir = project / "run"
     args = [*BASE, "data._target_=test_hostile_errors.SigintInSetup", f"hydra.run.dir={run_dir}"]
-    proc = run_cli("train", args, project, check=False, env=_env(), timeout=120)
+    proc = run_cli("train", args, project, check=False, env=env_with_tests(), timeout=120)
     assert proc.returncode == 128 + signal.SIGINT, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert "Detected KeyboardInterrupt" in proc.stdout + proc.stderr, "the signal did not arrive inside Trainer.fit"

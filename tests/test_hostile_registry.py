@@ -25,8 +25,7 @@ from brisk.checkpoints import restore
 from brisk.cli import CONFIG_PATH
 from brisk.errors import BriskError
 from brisk.run.builder import build_model
-from conftest import TINY, compose_cfg, main_in_process
-from test_bad_data import assert_user_error
+from helpers import TINY, assert_user_error, compose_cfg, main_in_process
 
 # Lightning's ModelCheckpoint._link_checkpoint: removes `linkpath`, a whole folder included, before it links a
 # checkpoint there. Reachable by this dotted path and defined in lightning.pytorch.callbacks.

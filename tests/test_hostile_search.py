@@ -28,9 +28,7 @@ from optuna.trial import TrialState
 from brisk.search import loop
 from brisk.search import storage as storages
 from brisk.search import trials as owners
-from conftest import TINY
-from test_bad_data import assert_user_error
-from test_hostile import BASE, brisk_train, restore_logging, tree, without_rights  # noqa: F401 (a fixture)
+from helpers import BASE, TINY, assert_user_error, brisk_train, tree, without_rights
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SEARCH = ["hparams_search=optuna", "hydra.sweeper.n_trials=1"]

@@ -17,11 +17,8 @@ import torch
 from torchvision.io import write_png
 
 from brisk.data.images import PILLOW_PIXELS
-from conftest import FINISHED, main_in_process
+from helpers import FINISHED, assert_user_error, main_in_process, tree
 from project_copy import clean_env, copy_project
-from test_bad_data import assert_user_error
-from test_hostile import tree
-from test_rename import snapshot
 
 PREDICT = ["ckpt_path={ckpt}", "inputs={root}/images"]
 EXPORT = ["ckpt_path={ckpt}"]
@@ -158,7 +155,7 @@ def copy(tmp_path_factory) -> Path:
 def test_make_rename_passes_the_name_verbatim_and_fails_when_refused(name, copy, tmp_path):
     marker = tmp_path / "ran"
     name = name.format(marker=marker)
-    before = snapshot(copy)
+    before = tree(copy)
     proc = subprocess.run(
         ["make", "-s", "rename", f"NAME={name}", f"PY={sys.executable}"],
         cwd=copy,
@@ -170,4 +167,4 @@ def test_make_rename_passes_the_name_verbatim_and_fails_when_refused(name, copy,
     assert proc.returncode != 0, proc.stdout + proc.stderr
     assert f"rename: error: '{name}' is not a Python identifier" in proc.stderr, proc.stderr
     assert not marker.exists(), "make ran code from the name"
-    assert snapshot(copy) == before
+    assert tree(copy) == before

@@ -12,32 +12,7 @@ from PIL import Image
 
 from brisk.data import ImageFolderDataModule, prepare_images
 from brisk.errors import BriskError
-
-
-def rgb(seed: int, h: int = 32, w: int = 32) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
-
-
-def write(path: Path, array: np.ndarray, mode: str | None = None) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    image = Image.fromarray(array)
-    (image.convert(mode) if mode else image).save(path)
-    return path
-
-
-def folder(root: Path, per_class: int = 6, classes=("cat", "dog", "eel"), split: str = "train", seed: int = 0):
-    for c, name in enumerate(classes):
-        for i in range(per_class):
-            write(root / split / name / f"{i}.png", rgb(seed + 100 * c + i))
-    return root
-
-
-def module(root: Path, **kw) -> ImageFolderDataModule:
-    kw.setdefault("val_size", 0)
-    dm = ImageFolderDataModule(root=str(root), batch_size=4, **kw)
-    dm.prepare_data()
-    dm.setup("fit")
-    return dm
+from helpers import folder, module, rgb, write
 
 
 def test_grayscale_palette_rgba_and_mixed_sizes(tmp_path):

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 import brisk
 from brisk.cli import CONFIG_PATH
-from conftest import TINY
+from helpers import TINY
 from project_copy import ROOT, borrowing_venv, clean_env, copy_project
 
 try:

@@ -23,7 +23,7 @@ from lightning.pytorch.utilities import rank_zero_only as pytorch_rank_zero_only
 
 from brisk.run import launch
 from brisk.run.prepare import build_trainer
-from conftest import SLURM_ENV, TINY, compose_cfg, processes_of, read_summary, run_cli
+from helpers import SLURM_ENV, TINY, compose_cfg, processes_of, read_summary, run_cli
 
 # As little training as DDP needs to show itself: 2 steps, 1 validation and 1 test batch per rank.
 CHEAP = [

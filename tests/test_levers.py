@@ -14,7 +14,7 @@ from brisk.models import ImageClassifier
 from brisk.models.sparsity import sparsity
 from brisk.run.builder import build_model
 from brisk.run.prepare import build, build_trainer
-from conftest import TINY, compose_cfg, read_summary, run_cli, run_dir_of
+from helpers import TINY, compose_cfg, read_summary, run_cli, run_dir_of
 
 QUICK = [*TINY, "callbacks.progress_bar=null", "+trainer.num_sanity_val_steps=0"]
 QUICK += ["trainer.limit_train_batches=5", "trainer.limit_val_batches=2", "+trainer.limit_test_batches=1"]

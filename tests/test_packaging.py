@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 import brisk
-from conftest import TINY
+from helpers import TINY
 from project_copy import ROOT, borrowing_venv, clean_env, copy_project, pip_install
 
 try:

@@ -10,7 +10,7 @@ from torchvision.io import write_png
 
 from brisk.checkpoints import restore
 from brisk.run.builder import build_datamodule
-from conftest import main_in_process, read_summary, run_cli, run_dir_of
+from helpers import main_in_process, read_summary, run_cli, run_dir_of
 
 
 @pytest.fixture(scope="module")

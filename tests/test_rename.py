@@ -11,21 +11,12 @@ from pathlib import Path
 import pytest
 
 import brisk
-from conftest import TINY
+from helpers import TINY, tree
 from project_copy import borrowing_venv, clean_env, copy_project, pip_install, rename
 
 OLD = Path(brisk.__file__).parent.name
 # Spelled apart: the rename refuses a name that the project's files already contain, this one included.
 NEW = "_".join(["acme", "vision"])
-
-
-def snapshot(root: Path) -> dict[str, bytes | str]:
-    """Every file under root (a copy holds only the project's): its bytes, or for a link its target."""
-    return {
-        str(p.relative_to(root)): os.readlink(p) if p.is_symlink() else p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_symlink() or p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")
@@ -48,20 +39,21 @@ def pristine(tmp_path_factory) -> Path:
     ],
 )
 def test_refuses_bad_names_in_one_line_and_changes_nothing(name, says, pristine, capsys):
-    before = snapshot(pristine)
+    before = tree(pristine)
     assert rename.main([name, "--root", str(pristine)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rename: error: ") and says in err and err.count("\n") == 1
-    assert snapshot(pristine) == before
+    assert tree(pristine) == before
 
 
 def test_rename_leaves_no_trace_of_the_old_name(tmp_path, capsys):
     root = copy_project(tmp_path)
     assert rename.main([NEW, "--root", str(root)]) == 0, capsys.readouterr().err
     old = re.compile(OLD, re.IGNORECASE)
-    for path, content in snapshot(root).items():
+    for file in sorted(p for p in root.rglob("*") if p.is_symlink() or p.is_file()):
+        path = str(file.relative_to(root))
         assert not old.search(path), path
-        text = content if isinstance(content, str) else content.decode()
+        text = os.readlink(file) if file.is_symlink() else file.read_text()
         assert not old.search(text), f"{path}: {old.search(text).group()}"
         if path.endswith(".py"):
             compile(text, path, "exec")
@@ -76,7 +68,7 @@ def test_rename_leaves_no_trace_of_the_old_name(tmp_path, capsys):
 
 def test_a_failure_midway_puts_everything_back(tmp_path):
     root = copy_project(tmp_path)
-    before = snapshot(root)
+    before = tree(root)
     plan = rename.plan(root, NEW)
     assert len(plan.contents) > 20
     # The folder appears after the checks (another process, say): the swap stops at it and undoes its work.
@@ -86,7 +78,7 @@ def test_a_failure_midway_puts_everything_back(tmp_path):
         rename.apply(plan)
     (root / "src" / NEW / "keep.txt").unlink()
     (root / "src" / NEW).rmdir()
-    assert snapshot(root) == before  # no file changed, and no staged file left behind
+    assert tree(root) == before  # no file changed, and no staged file left behind
 
 
 @pytest.mark.slow

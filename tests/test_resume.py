@@ -19,7 +19,7 @@ import torch
 
 from background import background_train, checkpoint_step, stop, wait_for_step
 from brisk.data.loader import TensorBatchLoader
-from conftest import SLURM_ENV, TINY, read_summary, run_cli
+from helpers import SLURM_ENV, TINY, read_summary, run_cli
 
 # Smaller than TINY, to keep 2 cores' time down: 8 steps per epoch (1200 - 400 images, batches of 100).
 ARGS = [

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from brisk.errors import BriskError
 from brisk.optim import schedules
 from brisk.utils.config import plain
-from conftest import FINISHED, compose_cfg, main_in_process, read_summary
+from helpers import FINISHED, compose_cfg, main_in_process, read_summary
 
 REFUSED = {
     # overrides on top of the finished run's: what the one error line must say

@@ -19,7 +19,7 @@ from brisk.errors import BriskError
 from brisk.evaluate import evaluate
 from brisk.run import summary as run_summary
 from brisk.run.builder import build_model
-from conftest import FINISHED, TINY, compose_cfg, main_in_process, read_summary
+from helpers import FINISHED, TINY, compose_cfg, main_in_process, read_summary
 
 DATA = [o for o in TINY if o.startswith("data")]
 EVAL = ["trainer=cpu"]

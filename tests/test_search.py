@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from brisk.errors import BriskError
 from brisk.search import space
 from brisk.search import storage as storages
-from conftest import TINY, run_cli
+from helpers import TINY, run_cli
 
 SEARCH = ["-m", "hparams_search=optuna", *TINY, "callbacks.progress_bar=null", "hydra.sweeper.params=null"]
 PNG = b"\x89PNG\r\n\x1a\n"

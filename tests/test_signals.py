@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import brisk
 from background import background_train
-from conftest import SLURM_ENV, TINY, processes_of, read_summary, run_cli
+from helpers import SLURM_ENV, TINY, env_with_tests, processes_of, read_summary, run_cli
 
 # 8 optimizer steps per epoch (1200 - 400 images, batches of 100), split over 2 ranks when DDP.
 ARGS = [
@@ -45,12 +44,6 @@ def signal_at(batch: int, signum: int, sent: Path, rank: int | None = None) -> l
     ]
 
 
-def _env() -> dict:
-    """signal_at importable, and this brisk (the one under test, not an installed one) first."""
-    paths = [str(Path(__file__).parent), str(Path(brisk.__file__).parents[1])]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-
-
 def saved_step(run_dir: Path) -> int:
     return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"]
 
@@ -58,7 +51,7 @@ def saved_step(run_dir: Path) -> int:
 def test_sigterm_to_rank_0_alone_stops_the_whole_ddp_job_with_one_checkpoint(project):
     run_dir, sent = project / "run", project / "sent"
     args = [*ARGS, *DDP, f"hydra.run.dir={run_dir}"]
-    with background_train([*args, *signal_at(2, signal.SIGTERM, sent, rank=0)], project, env=_env()) as proc:
+    with background_train([*args, *signal_at(2, signal.SIGTERM, sent, rank=0)], project, env=env_with_tests()) as proc:
         proc.wait(timeout=180)  # without forwarding and agreement this hangs for good
         ended = time.time()
         out, err = proc.output()
@@ -85,7 +78,7 @@ def test_sigterm_to_rank_0_alone_stops_the_whole_ddp_job_with_one_checkpoint(pro
 def test_ctrl_c_saves_a_checkpoint_prints_the_hint_and_exits_130(project):
     run_dir, sent = project / "run", project / "sent"
     args = [*ARGS, f"hydra.run.dir={run_dir}", *signal_at(2, signal.SIGINT, sent)]
-    proc = run_cli("train", args, project, check=False, env=_env())
+    proc = run_cli("train", args, project, check=False, env=env_with_tests())
     assert proc.returncode == 128 + signal.SIGINT, proc.stderr[-3000:]
     assert "KeyboardInterrupt" not in proc.stderr
     last = run_dir / "checkpoints" / "last.ckpt"
@@ -118,7 +111,9 @@ def test_slurm_requeue_signal_to_rank_0_alone_saves_on_every_rank_and_trains_on(
         ranks = [
             stack.enter_context(
                 background_train(
-                    args, project, env={**_env(), **task, "SLURM_PROCID": r, "SLURM_LOCALID": r, "MASTER_PORT": port}
+                    args,
+                    project,
+                    env={**env_with_tests(), **task, "SLURM_PROCID": r, "SLURM_LOCALID": r, "MASTER_PORT": port},
                 )
             )
             for r in ("0", "1")

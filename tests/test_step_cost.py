@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 from brisk import compat
 from brisk.callbacks import ProgressBar
 from brisk.run.prepare import build
-from conftest import TINY, bare_trainer, compose_cfg
+from helpers import TINY, bare_trainer, compose_cfg
 
 # Tensor -> Python conversions: on a GPU each waits for the device (a host sync). Copies to the CPU
 # (.cpu(), .to("cpu")) are no-ops in a CPU run, so only the GPU test sees those.

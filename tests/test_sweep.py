@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from brisk.search import sweep_plot
-from conftest import TINY, read_summary, run_cli
+from helpers import TINY, read_summary, run_cli
 
 
 def test_failed_job_is_recorded_and_the_sweep_goes_on(project):

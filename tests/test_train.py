@@ -13,7 +13,7 @@ import torch
 
 import brisk
 from brisk.callbacks.startup_clock import process_age
-from conftest import TINY, read_summary, run_cli, run_dir_of
+from helpers import TINY, read_summary, run_cli, run_dir_of
 
 SUMMARY_FIELDS = {
     "metrics",

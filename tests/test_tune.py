@@ -9,7 +9,7 @@ import pytest
 
 from brisk.errors import BriskError
 from brisk.run.tune import refuse_distributed
-from conftest import TINY, compose_cfg, run_cli, run_dir_of
+from helpers import TINY, compose_cfg, run_cli, run_dir_of
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
