@@ -1,4 +1,5 @@
-"""A bad config stops in the builder, before any data is read or process started, naming the key and the fix."""
+"""A bad config stops before any data is read or process started, naming the key and the fix; what depends on the
+data (the image size) stops as soon as the data is read."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 import torch
 
 from brisk.errors import BriskError
-from brisk.run import checks
+from brisk.run import checks, preflight
+from brisk.run.builder import build_datamodule
 from brisk.run.prepare import build_trainer
 from helpers import TINY, assert_user_error, compose_cfg, run_cli
 
@@ -131,3 +133,13 @@ def test_precision_names_lightning_accepts_pass(value, name):
     if name in ("bf16-mixed", "32-true", "64-true"):  # what a CPU runs as asked (16 turns into bf16 there)
         trainer = L.Trainer(precision=value, accelerator="cpu", logger=False, enable_progress_bar=False)
         assert trainer.precision == name
+
+
+@pytest.mark.parametrize("key", ["crop_pad", "cutout_size"])
+def test_augment_sizes_follow_the_images(key, brisk_root):
+    """crop_pad and cutout_size are pixels of the images the data delivers, not CIFAR-10's 32 for every dataset."""
+    cfg = compose_cfg([*TINY, "augment=strong", f"data.augment.{key}=33"], brisk_root)
+    checks.validate(cfg)  # no cap before the data says its size
+    with pytest.raises(BriskError, match=rf"data.augment.{key}=33 is larger than the images, which are 32x32"):
+        preflight.data(cfg, build_datamodule(cfg))
+    preflight.augment_sizes(cfg, side=64)  # the same value on 64-pixel images (an image folder's image_size=64)

@@ -39,8 +39,8 @@ VALUES = {
     "data.split_seed": (INT, lambda v: v >= 0, ">= 0", ()),
     "data.skip_bad": (BOOL, None, "", ()),
     "data.max_pixels": MAX_PIXELS,  # image_folder's
-    "data.augment.crop_pad": (INT, lambda v: 0 <= v <= 32, "in 0..32", ()),
-    "data.augment.cutout_size": (INT, lambda v: 0 <= v <= 32, "in 0..32", ()),
+    "data.augment.crop_pad": (INT, lambda v: v >= 0, ">= 0", ()),  # at most the image size: preflight.data
+    "data.augment.cutout_size": (INT, lambda v: v >= 0, ">= 0", ()),
     "data.augment.flip": (BOOL, None, "", ()),
     "data.synthetic.n_train": (INT, lambda v: 5 <= v <= 10**8 and v % 5 == 0, "a multiple of 5 in 5..10**8", ()),
     "data.synthetic.n_test": (INT, lambda v: 1 <= v <= 10**8, "in 1..10**8", ()),

@@ -125,6 +125,7 @@ def data(cfg: DictConfig, datamodule: L.LightningDataModule) -> None:
         raise BriskError(permission_denied(e.filename, "data.root")) from None
     except OSError as e:
         raise BriskError(f"data.root: cannot read {e.filename} ({e.strerror}). Check the path and the disk.") from None
+    augment_sizes(cfg, datamodule.image_size)
     train = getattr(datamodule, "splits", {}).get("train")
     batch = OmegaConf.select(cfg, "data.batch_size")
     if train is not None and isinstance(batch, int) and batch > len(train[1]):
@@ -133,3 +134,15 @@ def data(cfg: DictConfig, datamodule: L.LightningDataModule) -> None:
             f"data.batch_size={batch} is larger than the training split: {len(train[1])} images (the train split "
             f"minus data.val_size={val}). Use data.batch_size={len(train[1])} or less, or a smaller data.val_size."
         )
+
+
+def augment_sizes(cfg: DictConfig, side: int) -> None:
+    """Padding and cutout are sized in pixels of the images the data delivers (32 for CIFAR-10, data.image_size
+    for an image folder): more than the image's side is a typo, and would train on crops of nothing but padding."""
+    for key in ("crop_pad", "cutout_size"):
+        value = OmegaConf.select(cfg, f"data.augment.{key}")
+        if isinstance(value, int) and value > side:
+            raise BriskError(
+                f"data.augment.{key}={value} is larger than the images, which are {side}x{side} pixels. Use at most "
+                f"data.augment.{key}={side}, or train on larger images."
+            )
