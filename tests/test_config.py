@@ -164,3 +164,13 @@ def test_yaml_copies_of_a_default_stay_that_default(file, target, keys):
     parameters = inspect.signature(get_object(target)).parameters
     drifted = {k: (OmegaConf.select(node, k), parameters[k.rsplit(".", 1)[-1]].default) for k in keys}
     assert {k: v for k, v in drifted.items() if v[0] != v[1]} == {}
+
+
+def test_callback_options_are_built_from_one_file_per_callback(tmp_path):
+    """conf/callbacks/each/ holds each callback once; default lists them all, fast the last checkpoint alone."""
+    default, fast = (compose_cfg([f"callbacks={option}"], tmp_path) for option in ("default", "fast"))
+    each = {p.stem for p in (Path(CONFIG_PATH) / "callbacks" / "each").glob("*.yaml")}
+    assert set(default.callbacks) == each
+    assert set(fast.callbacks) == {"last_checkpoint"}
+    assert fast.callbacks.last_checkpoint == default.callbacks.last_checkpoint
+    assert fast.trainer.enable_progress_bar is False
