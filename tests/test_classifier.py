@@ -78,8 +78,8 @@ def test_a_python_user_gets_the_cli_defaults(brisk_root):
 
 
 def test_the_yaml_knobs_are_the_classifiers_defaults():
-    """conf/train.yaml lists the classifier's knobs so they need no `+`: each must be the signature's default."""
-    listed = OmegaConf.load(Path(CONFIG_PATH) / "train.yaml").model
+    """conf/classifier.yaml lists the classifier's knobs so they need no `+`: each must be the signature's default."""
+    listed = OmegaConf.load(Path(CONFIG_PATH) / "classifier.yaml")
     defaults = inspect.signature(ImageClassifier).parameters
     knobs = [k for k in listed if k != "_target_"]
     assert knobs and {k: listed[k] for k in knobs} == {k: defaults[k].default for k in knobs}

@@ -174,3 +174,13 @@ def test_callback_options_are_built_from_one_file_per_callback(tmp_path):
     assert set(fast.callbacks) == {"last_checkpoint"}
     assert fast.callbacks.last_checkpoint == default.callbacks.last_checkpoint
     assert fast.trainer.enable_progress_bar is False
+
+
+@pytest.mark.parametrize("command", ["eval", "predict"])
+def test_eval_and_predict_share_brisk_trains_model_block(command, tmp_path):
+    """One model block: a knob the classifier takes is a key of every command without a `+`."""
+    trained = compose_cfg([], tmp_path).model
+    other = compose_cfg(["ckpt_path=x", "inputs=x"][: 1 + (command == "predict")], tmp_path, config_name=command).model
+    assert other == {k: v for k, v in trained.items() if k != "net"}
+    given = ["ckpt_path=x", "inputs=x"][: 1 + (command == "predict")]
+    assert compose_cfg([*given, "model.l1=0.001"], tmp_path, config_name=command).model.l1 == 0.001

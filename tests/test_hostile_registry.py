@@ -83,8 +83,7 @@ def conf_names() -> dict[str, set[str]]:
                 node = node.get(key) or {}
             if "_target_" in node:
                 found[place].add(node["_target_"])
-    for path in conf.glob("*.yaml"):
-        found["model"].add(((yaml.safe_load(path.read_text()) or {}).get("model") or {}).get("_target_"))
+    found["model"].add(yaml.safe_load((conf / "classifier.yaml").read_text())["_target_"])  # train, eval, predict
     return found
 
 
