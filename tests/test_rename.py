@@ -62,7 +62,7 @@ def test_rename_leaves_no_trace_of_the_old_name(tmp_path, capsys):
     assert (package / "conf").resolve() == (root / "conf").resolve()  # the link moved with its folder
     pyproject = (root / "pyproject.toml").read_text()
     assert f'{NEW}-train = "{NEW}.train:main"' in pyproject and f'name = "{NEW}"' in pyproject
-    assert f"_target_: {NEW}.models.ImageClassifier" in (root / "conf" / "train.yaml").read_text()
+    assert f"_target_: {NEW}.models.ImageClassifier" in (root / "conf" / "classifier.yaml").read_text()
     assert f"class {''.join(w.title() for w in NEW.split('_'))}Error" in (package / "errors.py").read_text()
 
 
