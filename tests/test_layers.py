@@ -6,6 +6,7 @@ Every import statement counts, the ones inside functions too: a lazy import is s
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 from pathlib import Path
 
@@ -26,6 +27,7 @@ MAX_OTHER_TOP_MODULES = 4  # besides the entry points and __init__
 MAX_LINES = 300
 
 
+@functools.cache
 def modules() -> dict[str, Path]:
     """Dotted name -> file, for every module of the brisk package (its config folder holds only YAML)."""
     found = {}
@@ -69,6 +71,7 @@ def layer(name: str) -> int:
     raise AssertionError(f"{name}: its part `{part(name)}` is in no layer; add it to LAYERS in {__file__}")
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
     return {name: imported(name, path) for name, path in modules().items()}
 

@@ -39,13 +39,14 @@ def user_errors(task):
     The run directory is locked for the task, and removed again if this invocation created it and the run
     stopped before it started (brisk.run.rundir): refused, interrupted, or ended by a bug, whose traceback stays."""
 
+    # A task that takes `run` is handed the run directory's record, to mark when the run really starts.
+    wants_run = "run" in inspect.signature(task).parameters
+
     @functools.wraps(task)
     def wrapper(cfg, *args, **kwargs):
         run = None
         try:
             run = rundir.Run()
-            # A task that takes `run` is handed the run directory's record, to mark when the run really starts.
-            wants_run = "run" in inspect.signature(task).parameters
             result = task(cfg, *args, run=run, **kwargs) if wants_run else task(cfg, *args, **kwargs)
             run.start(cfg)  # entry points that do not mark the start themselves are recorded when done
             return result

@@ -4,7 +4,6 @@ Read top to bottom, it is the whole run: each step below is one call, and each c
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
     L.seed_everything(cfg.seed, workers=True)
     datamodule = build_datamodule(cfg)
     if first_process():  # the other ranks of a job share what the first one checked
-        preflight.check(cfg, datamodule, functools.partial(build_model, datamodule=datamodule))
+        preflight.check(cfg, datamodule)
     trainer = launch.on_all_ranks(lambda: make_trainer(cfg, always_on()))  # starts a DDP job's other ranks
     model = build_model(cfg, datamodule)
     _log_precision(str(cfg.trainer.precision), str(cfg.trainer.accelerator), trainer)

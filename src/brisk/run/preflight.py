@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
@@ -20,21 +19,22 @@ from omegaconf import DictConfig, OmegaConf
 from brisk.checkpoints import paths
 from brisk.checkpoints.io import peek
 from brisk.errors import BriskError
+from brisk.models.build import build_model
 from brisk.utils.files import creatable, nearest_existing
 
 # Optimizer state per parameter in a checkpoint: Adam/AdamW keep two moments, SGD with momentum one.
 OPTIMIZER_STATES = 2
 
 
-def check(cfg: DictConfig, datamodule: L.LightningDataModule | None, model: Callable | None) -> None:
-    """Outputs writable, room for a checkpoint, data readable and big enough. `model` builds the model."""
+def check(cfg: DictConfig, datamodule: L.LightningDataModule | None) -> None:
+    """Outputs writable, room for a checkpoint, data readable and big enough (`datamodule`: the run's, if built)."""
     folders = checkpoint_dirs(cfg)
     if OmegaConf.select(cfg, "paths.output_dir") is not None:
         creatable(Path(str(cfg.paths.output_dir)), "hydra.run.dir")
     for key, folder in folders.items():
         creatable(folder, key)
-    if model is not None and folders:
-        disk_space(folders, checkpoint_bytes(cfg, model))
+    if "model" in cfg and folders:
+        disk_space(folders, checkpoint_bytes(cfg, datamodule))
     ckpt = cfg.get("ckpt_path")
     if ckpt is not None and str(ckpt) not in paths.KEYWORDS:
         loadable_checkpoint(Path(str(ckpt)))
@@ -60,13 +60,13 @@ def checkpoint_dirs(cfg: DictConfig) -> dict[str, Path]:
     return found
 
 
-def checkpoint_bytes(cfg: DictConfig, build_model: Callable) -> int:
+def checkpoint_bytes(cfg: DictConfig, datamodule: L.LightningDataModule | None) -> int:
     """About how big one checkpoint of this model is: weights, buffers and optimizer state.
 
     The model is built on the meta device, which allocates nothing, so even a model too big for this
     machine is measured in milliseconds."""
     with torch.device("meta"):
-        module = build_model(cfg)
+        module = build_model(cfg, datamodule)  # its data, not a copy: it sizes the head
     state = sum(t.numel() * t.element_size() for t in module.state_dict().values())
     params = sum(p.numel() * p.element_size() for p in module.parameters())
     return state + OPTIMIZER_STATES * params

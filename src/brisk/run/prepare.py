@@ -5,8 +5,6 @@ started. brisk-train takes the same steps one by one, with its own in between (s
 
 from __future__ import annotations
 
-import functools
-
 import lightning as L
 from omegaconf import DictConfig
 
@@ -21,8 +19,7 @@ def build_trainer(
     """A checked Trainer running on all of the job's ranks. `datamodule`, if given, is the one pre-flighted."""
     checks.validate(cfg)  # before anything is built, loaded or launched
     if first_process():  # the other ranks of a job share what the first one checked
-        model = functools.partial(build_model, datamodule=datamodule) if "model" in cfg else None
-        preflight.check(cfg, datamodule, model)
+        preflight.check(cfg, datamodule)
     return launch.on_all_ranks(lambda: make_trainer(cfg, extra_callbacks))
 
 

@@ -48,20 +48,22 @@ class RunDirCallback(Callback):
     what a callback raises into a warning and goes on, so a refusal here prints its line and exits itself."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        with _refusing():
-            _given(config.hydra.run.dir, "hydra.run.dir")
-            with read_write(config.hydra.run):
-                # resolve ${brisk_run_id:} once, so the directory checked is the one Hydra creates
-                config.hydra.run.dir = path = str(Path(str(config.hydra.run.dir)).absolute())
-            creatable(Path(path), "hydra.run.dir")
-        _existed[path] = nearest_existing(Path(path))
+        path = _checked(config.hydra.run, "hydra.run.dir")
+        _existed[str(path)] = nearest_existing(path)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        with _refusing():
-            _given(config.hydra.sweep.dir, "hydra.sweep.dir")
-            with read_write(config.hydra.sweep):
-                config.hydra.sweep.dir = path = str(Path(str(config.hydra.sweep.dir)).absolute())
-            creatable(Path(path), "hydra.sweep.dir")
+        _checked(config.hydra.sweep, "hydra.sweep.dir")
+
+
+def _checked(node: DictConfig, key: str) -> Path:
+    """`node.dir` (hydra.run or hydra.sweep), made absolute in the config and checked writable; refused in one line.
+    Resolved once here (${brisk_run_id:}), so the directory checked is the one Hydra creates."""
+    with _refusing():
+        _given(node.dir, key)
+        with read_write(node):
+            node.dir = str(Path(str(node.dir)).absolute())
+        creatable(Path(node.dir), key)
+    return Path(node.dir)
 
 
 @contextlib.contextmanager
