@@ -20,7 +20,7 @@ nvidia-smi >"$results/nvidia-smi.txt" 2>&1
 $PY -c "import torch, lightning; print(torch.__version__, lightning.__version__, torch.cuda.get_device_name())" \
     >"$results/versions.txt" 2>&1
 
-timeout 300 $PY -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider >"$results/pytest_gpu.txt" 2>&1
+timeout 300 $PY -m pytest -q -m gpu tests/project/test_gpu.py -p no:cacheprovider >"$results/pytest_gpu.txt" 2>&1
 echo "gpu tests: exit $?" | tee "$results/status.txt"
 
 base="data=synthetic trainer=gpu trainer.max_epochs=2 callbacks.progress_bar=null"

@@ -2,7 +2,7 @@
 
 Checked on lightning 2.6.6 and hydra-core 1.3.8 (pyproject pins lightning <2.7 and hydra-core <1.4).
 Each entry says why no public API does the job. `missing()` lists the names that have gone, and
-tests/test_compat.py fails with that list, so a version bump that breaks one is caught at once
+tests/project/test_compat.py fails with that list, so a version bump that breaks one is caught at once
 rather than deep inside a run.
 """
 

@@ -147,7 +147,7 @@ def test_removing_the_lab_folder_and_its_line_leaves_a_working_template(tmp_path
     assert summary["epochs"] == 1
 
     # The lab's own tests skip themselves, and this module's other tests still pass.
-    tests = ["tests/test_bench.py", "tests/test_lab_boundary.py"]
+    tests = ["tests/project/test_bench.py", "tests/project/test_lab_boundary.py"]
     proc = subprocess.run(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *tests],
         cwd=root,

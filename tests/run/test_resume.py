@@ -150,7 +150,7 @@ def test_sigterm_at_the_edges_of_an_epoch(hook, epoch, writes, reference, brisk_
     run_dir = tmp_path / "run"
     signal_at = ["+callbacks.sigterm._target_=signal_at.SigtermAt", f"+callbacks.sigterm.hook={hook}"]
     args = [*ARGS, *signal_at, f"hydra.run.dir={run_dir}"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     proc = run_cli("train", [*args, f"+callbacks.sigterm.epoch={epoch}"], brisk_root, check=False, env=env)
     assert proc.returncode == 128 + signal.SIGTERM
     assert checkpoint_step(run_dir / "checkpoints" / "last.ckpt") == STEPS_PER_EPOCH

@@ -24,7 +24,7 @@ from brisk.data import augment as aug
 from brisk.run.builder import build_datamodule, build_model
 from helpers import compose_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY_RUN = [
     "model.net.width=4",
     "trainer.accelerator=cpu",

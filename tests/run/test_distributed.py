@@ -138,7 +138,7 @@ def test_slurm_launcher_config_composes():
 
 
 def test_sbatch_script_is_valid_bash():
-    script = Path(__file__).parents[1] / "scripts" / "slurm" / "train.sbatch"
+    script = Path(__file__).parents[2] / "scripts" / "slurm" / "train.sbatch"
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
     assert "srun" in text and "--signal=SIGUSR1@" in text and "--requeue" in text

@@ -59,7 +59,7 @@ class WatchSteps(L.Callback):
 
 
 def test_quiet_steps_read_nothing_from_the_device(brisk_root):
-    """A CPU run cannot see a sync, so this counts the calls that would be one on a GPU (tests/test_gpu.py
+    """A CPU run cannot see a sync, so this counts the calls that would be one on a GPU (tests/project/test_gpu.py
     checks the same with CUDA's sync debug mode)."""
     cfg = compose_cfg([*TINY, "trainer.max_epochs=1", "trainer.limit_val_batches=1"], brisk_root)
     watch = WatchSteps(bar_every=cfg.callbacks.progress_bar.every_n_steps)

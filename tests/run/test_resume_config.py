@@ -64,7 +64,7 @@ def test_an_epoch_schedule_resumes_for_more_epochs_and_says_what_changed(finishe
     shutil.copytree(finished_run / "checkpoints", run / "checkpoints")
     shutil.copytree(finished_run / ".hydra", run / ".hydra")
     saved = OmegaConf.load(run / ".hydra" / "config.yaml")
-    saved.scheduler = OmegaConf.load(Path(__file__).parents[1] / "conf" / "scheduler" / "step.yaml")
+    saved.scheduler = OmegaConf.load(Path(__file__).parents[2] / "conf" / "scheduler" / "step.yaml")
     OmegaConf.save(saved, run / ".hydra" / "config.yaml")
     cfg = compose_cfg([*FINISHED, "scheduler=step", "trainer.max_epochs=3", "data.batch_size=50"], brisk_root)
     from brisk.run import resume
@@ -78,7 +78,7 @@ def _with_step_schedule(finished_run: Path, run: Path) -> None:
     shutil.copytree(finished_run / "checkpoints", run / "checkpoints")
     shutil.copytree(finished_run / ".hydra", run / ".hydra")
     saved = OmegaConf.load(run / ".hydra" / "config.yaml")
-    saved.scheduler = OmegaConf.load(Path(__file__).parents[1] / "conf" / "scheduler" / "step.yaml")
+    saved.scheduler = OmegaConf.load(Path(__file__).parents[2] / "conf" / "scheduler" / "step.yaml")
     OmegaConf.save(saved, run / ".hydra" / "config.yaml")
 
 
@@ -132,7 +132,7 @@ def test_resuming_a_finished_run_leaves_it_as_it_was(finished_run, brisk_root, c
 def test_onecycle_with_a_one_step_warmup_is_refused():
     # 4 optimizer steps x pct_start 0.25: torch's OneCycleLR divides by zero (e.g. 2 ranks, accumulation 4,
     # 2,000 images at batch 100).
-    config = OmegaConf.load(Path(__file__).parents[1] / "conf" / "scheduler" / "onecycle.yaml")
+    config = OmegaConf.load(Path(__file__).parents[2] / "conf" / "scheduler" / "onecycle.yaml")
     config.max_lr = 0.1  # ${optimizer.lr} in a composed config
     config = plain(config)
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
@@ -143,7 +143,7 @@ def test_onecycle_with_a_one_step_warmup_is_refused():
 
 @pytest.mark.parametrize("total", [1, 2, 3, 4])
 def test_cosine_handles_runs_shorter_than_its_warmup(total):
-    config = plain(OmegaConf.load(Path(__file__).parents[1] / "conf" / "scheduler" / "cosine.yaml"))
+    config = plain(OmegaConf.load(Path(__file__).parents[2] / "conf" / "scheduler" / "cosine.yaml"))
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     scheduler, _ = schedules.build(config, optimizer, lambda interval: total)
     lrs = []
