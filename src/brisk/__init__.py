@@ -22,7 +22,7 @@ _PUBLIC = {
     "build_model": (".models.build", "build_model"),
     "build_trainer": (".run.prepare", "build_trainer"),
     "always_on": (".run.builder", "always_on"),
-    "resolve_precision": (".run.builder", "resolve_precision"),
+    "resolve_precision": (".run.precision", "resolve"),
     "sync": (".callbacks.speed_meter", "sync"),
     "hardware": (".run.summary", "hardware"),
     "write_json": (".run.summary", "write"),

@@ -22,7 +22,7 @@ from brisk import train
 from brisk.callbacks import RankSeed
 from brisk.data import augment as aug
 from brisk.run.builder import build_datamodule, build_model
-from helpers import compose_cfg
+from helpers import compose_cfg, main_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_RUN = [
@@ -36,10 +36,9 @@ TINY_RUN = [
 ]
 
 
-def brisk_train(args: list[str], run_dir: Path, monkeypatch) -> dict:
-    """brisk-train `args`, in this process; returns summary.json."""
-    monkeypatch.setattr(sys, "argv", ["brisk-train", *TINY_RUN, *args, f"hydra.run.dir={run_dir}"])
-    train.main()
+def brisk_train(args: list[str], run_dir: Path) -> dict:
+    """brisk-train `args` in this process (helpers.main_in_process), rooted at the run's parent; its summary.json."""
+    assert main_in_process("train", [*TINY_RUN, *args, f"hydra.run.dir={run_dir}"], run_dir.parent) == 0
     return json.loads((run_dir / "summary.json").read_text())
 
 
@@ -55,7 +54,7 @@ def test_image_folder_trains_without_a_test_folder(tmp_path, monkeypatch):
             path.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(image).save(path)
     args = ["data=image_folder", f"data.root={tmp_path / 'fruit'}", "data.image_size=16", "data.val_size=6"]
-    summary = brisk_train([*args, "data.batch_size=10"], tmp_path / "run", monkeypatch)
+    summary = brisk_train([*args, "data.batch_size=10"], tmp_path / "run")
     assert summary["class_names"] == ["apple", "pear", "plum"]
     assert summary["global_step"] == 3 and "test/acc" not in summary["metrics"], summary  # no test/: not tested
     ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
@@ -89,7 +88,7 @@ def test_adding_a_dataset_as_the_docs_say(tmp_path, monkeypatch):
     command = _docs_block("Adding a dataset", "bash").strip().splitlines()[-1].split()
     assert command[:3] == ["PYTHONPATH=.", "brisk-train", "data=npz"]  # run from the folder that holds npz_data.py
     args = [a.replace("$PWD", str(tmp_path)).replace("<folder>", str(tmp_path)) for a in command[2:]]
-    summary = brisk_train([*args, "data.batch_size=10", "data.val_size=10"], tmp_path / "run", monkeypatch)
+    summary = brisk_train([*args, "data.batch_size=10", "data.val_size=10"], tmp_path / "run")
     assert summary["class_names"] == ["0", "1", "2", "3"]
     assert summary["global_step"] == 3 and "test/acc" in summary["metrics"]
 

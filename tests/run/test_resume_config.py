@@ -66,10 +66,13 @@ def test_an_epoch_schedule_resumes_for_more_epochs_and_says_what_changed(finishe
     saved = OmegaConf.load(run / ".hydra" / "config.yaml")
     saved.scheduler = OmegaConf.load(Path(__file__).parents[2] / "conf" / "scheduler" / "step.yaml")
     OmegaConf.save(saved, run / ".hydra" / "config.yaml")
-    cfg = compose_cfg([*FINISHED, "scheduler=step", "trainer.max_epochs=3", "data.batch_size=50"], brisk_root)
+    last = run / "checkpoints" / "last.ckpt"
+    cfg = compose_cfg(
+        [*FINISHED, "scheduler=step", "trainer.max_epochs=3", "data.batch_size=50", f"ckpt_path={last}"], brisk_root
+    )
     from brisk.run import resume
 
-    assert not resume.nothing_to_do(cfg, str(run / "checkpoints" / "last.ckpt"), tmp_path / "new")
+    assert resume.resolve(cfg, tmp_path / "new").finished is None
     assert "trainer.max_epochs: 1 -> 3" in caplog.text and "data.batch_size: 100 -> 50" in caplog.text
 
 
@@ -100,10 +103,10 @@ def test_a_resume_onto_other_devices_says_so(finished_run, tmp_path, brisk_root,
     run = tmp_path / "run"
     _with_step_schedule(finished_run, run)
     overrides = ["scheduler=step", "trainer.max_epochs=2", "strategy=ddp", "trainer.devices=2", "precision=bf16-true"]
-    cfg = compose_cfg([*FINISHED, *overrides], brisk_root)
+    cfg = compose_cfg([*FINISHED, *overrides, "ckpt_path=last"], brisk_root)
     from brisk.run import resume
 
-    assert not resume.nothing_to_do(cfg, str(run / "checkpoints" / "last.ckpt"), run)
+    assert resume.resolve(cfg, run).finished is None
     assert "trainer.strategy: auto -> ddp" in caplog.text and "trainer.devices: 1 -> 2" in caplog.text
     assert "trainer.precision: auto -> bf16-true" in caplog.text
 
@@ -111,11 +114,11 @@ def test_a_resume_onto_other_devices_says_so(finished_run, tmp_path, brisk_root,
 def test_a_checkpoint_without_its_run_is_still_checked_against_its_model(finished_run, tmp_path, brisk_root):
     ckpt = tmp_path / "moved.ckpt"
     shutil.copy(finished_run / "checkpoints" / "last.ckpt", ckpt)
-    cfg = compose_cfg([*FINISHED, "model.net.width=16"], brisk_root)
+    cfg = compose_cfg([*FINISHED, "model.net.width=16", f"ckpt_path={ckpt}"], brisk_root)
     from brisk.run import resume
 
     with pytest.raises(BriskError, match="a checkpoint resumes only the model it trained"):
-        resume.nothing_to_do(cfg, str(ckpt), tmp_path)
+        resume.resolve(cfg, tmp_path)
 
 
 def test_resuming_a_finished_run_leaves_it_as_it_was(finished_run, brisk_root, capsys):

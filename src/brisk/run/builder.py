@@ -6,7 +6,6 @@ them one by one, brisk.run.prepare all at once for the other commands).
 from __future__ import annotations
 
 import lightning as L
-import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
@@ -15,20 +14,9 @@ from brisk.callbacks import DivergenceGuard, RankSeed, ResumeState, SigtermCheck
 from brisk.checkpoints.io import SafeCheckpointIO
 from brisk.models.build import build_model
 from brisk.run import launch
+from brisk.run.precision import resolve
 
-__all__ = ["always_on", "build_datamodule", "build_model", "make_trainer", "resolve_precision"]
-
-
-def resolve_precision(requested: str | int, accelerator: str) -> str:
-    """`auto` -> bf16-mixed on GPUs that support it, 16-mixed on older GPUs, 32 elsewhere.
-
-    Other values pass unchanged: checks.validate has already refused unknown ones."""
-    requested = str(requested)
-    if requested != "auto":
-        return requested
-    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
-        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
-    return "32-true"
+__all__ = ["always_on", "build_datamodule", "build_model", "make_trainer"]
 
 
 def _instantiate_all(group: DictConfig | None) -> list:
@@ -38,7 +26,7 @@ def _instantiate_all(group: DictConfig | None) -> list:
 
 def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.Trainer:
     """The Trainer of `cfg`, with brisk's checkpoint IO and `extra_callbacks`; checks nothing, starts nothing."""
-    precision = resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator))
+    precision = resolve(cfg.trainer.precision, str(cfg.trainer.accelerator))
     callbacks = [*_instantiate_all(cfg.get("callbacks")), *extra_callbacks]
     # Checkpoints are written by temp file + rename and always read with weights_only=True.
     plugins = [SafeCheckpointIO(), *instantiate(cfg.trainer.get("plugins") or [])]

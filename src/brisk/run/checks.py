@@ -1,7 +1,9 @@
-"""Config checks that run before any data is read or any process is started.
+"""Config checks that run before any data is read or any process is started: the values themselves, and what
+they ask of this machine (the devices it has, a checkpoint file that must exist).
 
-Each check names the key at fault and the fix. The builder calls `validate` first thing, so a bad
-value costs a second, not a dataset load, a DDP launch, or a crash deep inside Lightning.
+Each check names the key at fault and the fix. Every entry point calls `validate` (or `values`) first thing, so a
+bad value costs a second, not a dataset load, a DDP launch, or a crash deep inside Lightning. What needs the data
+or the disk is brisk.run.preflight; what needs the checkpoint's content, brisk.run.resume.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from brisk import compat
 from brisk.checkpoints import paths
 from brisk.data.images import PILLOW_PIXELS
 from brisk.errors import BriskError
 from brisk.models.classifier import check_optimizer
+from brisk.run import precision
 
 # ckpt_path values that Lightning resolves itself rather than reading as a file name.
 INT, NUM, BOOL = "a whole number", "a number", "true or false"
@@ -88,7 +90,7 @@ def validate(cfg: DictConfig) -> None:
     """Raise BriskError for the first bad value in a composed train or eval config."""
     values(cfg)
     trainer = cfg.trainer
-    precision(trainer.precision)
+    precision.name(trainer.precision)
     if "accumulate_grad_batches" in trainer:
         accumulation(trainer.accumulate_grad_batches, cfg.get("callbacks"))
     if cfg.get("optimizer") is not None:
@@ -98,8 +100,6 @@ def validate(cfg: DictConfig) -> None:
     world = device_count(trainer) * num_nodes(trainer)
     batch_split(cfg.data, world)
     checkpoint_exists(cfg.get("ckpt_path"))
-    if str(cfg.get("ckpt_path")) == "last":
-        last_checkpoint(cfg)
 
 
 def values(cfg: DictConfig, *tables: dict) -> None:
@@ -117,35 +117,6 @@ def values(cfg: DictConfig, *tables: dict) -> None:
         if not ok:
             also = f" (or {', '.join('null' if a is None else str(a) for a in allowed)})" if allowed else ""
             raise BriskError(f"{key}={value!r} must be {' '.join(filter(None, (kind, wanted)))}{also}.")
-
-
-def last_checkpoint(cfg: DictConfig) -> None:
-    """`ckpt_path=last` resumes from the run directory's last checkpoint: without one, Lightning would
-    only warn and train from scratch in a new directory."""
-    out = Path(str(cfg.paths.output_dir))
-    folders = {out / paths.FOLDER, out}
-    for callback in (cfg.get("callbacks") or {}).values():
-        if isinstance(callback, DictConfig) and callback.get("dirpath"):
-            folders.add(Path(str(callback.dirpath)))
-    if not any(paths.lasts(f) for f in folders) and not paths.hpcs(out):
-        raise BriskError(
-            f"ckpt_path=last: {out} holds no last checkpoint to resume from. Point at the run: "
-            "ckpt_path=last hydra.run.dir=<the run directory>, or ckpt_path=<run>/checkpoints/last.ckpt."
-        )
-
-
-def precision_name(value) -> str:
-    """The name Lightning runs a precision flag under (`16` -> `16-mixed`); `auto` (brisk's own) stays `auto`."""
-    flags = {"auto": "auto", **compat.precision_flags()}
-    if str(value) not in flags:
-        raise BriskError(
-            f"trainer.precision={value} is unknown. Choose one of: {', '.join(flags)} (e.g. precision=bf16-mixed)."
-        )
-    return flags[str(value)]
-
-
-def precision(value) -> None:
-    precision_name(value)
 
 
 def accumulation(value, callbacks: DictConfig | None) -> None:

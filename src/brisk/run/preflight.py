@@ -16,8 +16,6 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from brisk.checkpoints import paths
-from brisk.checkpoints.io import peek
 from brisk.errors import BriskError
 from brisk.models.build import build_model
 from brisk.utils.files import creatable, nearest_existing
@@ -35,20 +33,8 @@ def check(cfg: DictConfig, datamodule: L.LightningDataModule | None) -> None:
         creatable(folder, key)
     if "model" in cfg and folders:
         disk_space(folders, checkpoint_bytes(cfg, datamodule))
-    ckpt = cfg.get("ckpt_path")
-    if ckpt is not None and str(ckpt) not in paths.KEYWORDS:
-        loadable_checkpoint(Path(str(ckpt)))
-    elif str(ckpt) == "last":
-        for last in sorted(f for folder in folders.values() for f in paths.lasts(folder)):
-            loadable_checkpoint(last)
     if datamodule is not None:
         data(cfg, datamodule)
-
-
-def loadable_checkpoint(path: Path) -> None:
-    """Load the checkpoint to resume from now, as Lightning will (weights only), without reading its tensors
-    (mmap): a crafted or damaged file is refused before the run starts, not inside the fit."""
-    peek(path)
 
 
 def checkpoint_dirs(cfg: DictConfig) -> dict[str, Path]:

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -24,6 +22,7 @@ from brisk.checkpoints import paths, restore
 from brisk.checkpoints.io import peek, resumable
 from brisk.errors import BriskError
 from brisk.optim import schedules
+from brisk.run import launch
 
 log = logging.getLogger("brisk")
 
@@ -124,26 +123,42 @@ def _finished(cfg: DictConfig, run_dir: Path, checkpoint: dict) -> dict | None:
     return summary if steps_done or epochs_done else None
 
 
-def nothing_to_do(cfg: DictConfig, ckpt_path: str | None, run_dir: Path) -> bool:
-    """For a resume: refuse what it cannot continue (BriskError), and say so when the run has already finished.
+class Resume(NamedTuple):
+    ckpt_path: str | None  # what fit resumes from: the config's, or a requeued SLURM job's last checkpoint
+    finished: dict | None  # the summary of the run it resumes, when that run has already finished
+    run_dir: Path | None  # the directory of the run it resumes
 
-    True means the run is finished: its records are left as they were, and the run directory was printed."""
+    def finished_line(self) -> str:
+        return (
+            f"brisk: {self.run_dir} already finished (epoch {self.finished.get('epochs')}, global step "
+            f"{self.finished['global_step']}): nothing to do, its records are left as they were. To train on, raise "
+            "trainer.max_epochs (with scheduler=none, step or exp_decay)."
+        )
+
+
+def resolve(cfg: DictConfig, run_dir: Path) -> Resume:
+    """What this run resumes, read once: refuse what it cannot continue (BriskError), and find a finished run."""
+    ckpt_path = launch.slurm_resume_path(cfg.get("ckpt_path"), run_dir)
+    if str(ckpt_path) == "last":
+        last_exists(cfg, run_dir)
     ckpt = paths.resolve(ckpt_path, run_dir)
     if ckpt is None or not ckpt.is_file():
-        return False  # a fresh run, or a missing file that the config checks report
-    checkpoint = peek(ckpt)
+        return Resume(ckpt_path, None, None)  # a fresh run, or `hpc`, which Lightning finds itself or ignores
+    checkpoint = peek(ckpt)  # a crafted or damaged file is refused here, before anything is built
     resumable(checkpoint, ckpt, ckpt_path)  # the checks below and Lightning's restore read its keys
     compare(cfg, ckpt, checkpoint)
-    summary = _finished(cfg, paths.run_dir_of(ckpt), checkpoint)
-    if summary is None:
-        return False
-    if rank_zero_only.rank == 0:
-        print(
-            f"brisk: {paths.run_dir_of(ckpt)} already finished (epoch {summary.get('epochs')}, global step "
-            f"{summary['global_step']}): nothing to do, its records are left as they were. To train on, raise "
-            "trainer.max_epochs (with scheduler=none, step or exp_decay).",
-            file=sys.stderr,
-            flush=True,
+    return Resume(ckpt_path, _finished(cfg, paths.run_dir_of(ckpt), checkpoint), paths.run_dir_of(ckpt))
+
+
+def last_exists(cfg: DictConfig, run_dir: Path) -> None:
+    """`ckpt_path=last` resumes from the run directory's last checkpoint: without one, Lightning would
+    only warn and train from scratch in a new directory."""
+    folders = {run_dir / paths.FOLDER, run_dir}
+    for callback in (cfg.get("callbacks") or {}).values():
+        if isinstance(callback, DictConfig) and callback.get("dirpath"):
+            folders.add(Path(str(callback.dirpath)))
+    if not any(paths.lasts(f) for f in folders) and not paths.hpcs(run_dir):
+        raise BriskError(
+            f"ckpt_path=last: {run_dir} holds no last checkpoint to resume from. Point at the run: "
+            "ckpt_path=last hydra.run.dir=<the run directory>, or ckpt_path=<run>/checkpoints/last.ckpt."
         )
-        print(paths.run_dir_of(ckpt), flush=True)  # the last line, as for every run
-    return True
