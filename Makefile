@@ -22,7 +22,7 @@ train: $(BIN)/brisk-train  ## train on CIFAR-10 (downloads it once into data/)
 demo: $(BIN)/brisk-train  ## short offline run on generated data
 	$(BIN)/brisk-train experiment=quickstart $(ARGS)
 
-test: $(VENV)/.dev  ## the test suite (CPU, under ~10 minutes on 2 cores)
+test: $(VENV)/.dev  ## the test suite (CPU only; took 11 minutes on the 2-core VM, longer on busy cores)
 	$(BIN)/pytest -q --durations=15 $(ARGS)
 
 test-all: $(VENV)/.dev  ## also the tests marked slow
@@ -33,7 +33,7 @@ $(VENV)/.plots: $(BIN)/brisk-train
 	@touch $@
 
 # brisk-bench comes with the speed lab: a project that removed the lab has no such script.
-bench: $(VENV)/.plots  ## the speed lab: tables and plots in logs/bench/ (ARGS=preset=quick: under 3 minutes)
+bench: $(VENV)/.plots  ## the speed lab: tables and plots in logs/bench/ (ARGS=preset=quick: every part, smaller)
 	@test -x $(BIN)/brisk-bench || { echo "make bench: this project has no speed lab (brisk-bench is not installed)" >&2; exit 2; }
 	$(BIN)/brisk-bench $(ARGS)
 
