@@ -21,6 +21,7 @@ from brisk.conf import CONFIG_PATH
 from brisk.errors import BriskError, refuse
 from brisk.run import launch, rundir
 from brisk.utils.explain import explain
+from brisk.utils.quiet import quiet
 
 
 def register_resolvers() -> None:
@@ -190,6 +191,7 @@ def hydra_entry(hydra_main, primary: str = CONFIG_PATH):
     @functools.wraps(hydra_main)
     def entry() -> None:
         register_resolvers()
+        quiet()  # Lightning's tips and the warnings known to be harmless (brisk.utils.quiet)
         args = sys.argv[1:]
         if error := not_utf8(args) or unknown_group_option(args, primary):
             refuse(error)

@@ -117,6 +117,7 @@ def _child_command(rank: int) -> list[str]:
         *hydra.overrides.task,  # this job's overrides only: no -m, no sweep
         f'hydra.run.dir="{hydra.runtime.output_dir}"',
         f"hydra.job.name={hydra.job.name}_rank{rank}",  # its own log file beside rank 0's
+        "hydra.job_logging.root.handlers=[file]",  # and only there: the console shows rank 0's lines once
         "hydra.output_subdir=null",  # rank 0 alone writes .hydra/
     ]
 

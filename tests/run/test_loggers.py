@@ -1,0 +1,149 @@
+"""Every logger of conf/logger/ on one tiny run, read back from what each wrote; the console that run prints."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import logging
+import struct
+import warnings
+from pathlib import Path
+
+import pytest
+
+from brisk.utils import quiet
+from helpers import BASE, brisk_train, processes_of, read_summary
+
+LOGGERS = ("tensorboard", "mlflow", "wandb")
+missing = [m for m in LOGGERS if importlib.util.find_spec(m) is None]
+
+
+def wandb_records(path: Path):
+    """The records of a .wandb file: wandb's transaction log is LevelDB's log format (32 KiB blocks of chunks, each
+    with a 7-byte header: crc32, length, type) after a 7-byte header of its own, each record a protobuf Record."""
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    data = path.read_bytes()
+    assert struct.unpack("<4sHB", data[:7]) == (b":W&B", 0xBEE1, 0)
+    pos, chunks = 7, []
+    while pos + 7 <= len(data):
+        if (left := 32768 - pos % 32768) < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == 0:  # zeros: the end of what was written
+            break
+        chunks.append(data[pos + 7 : pos + 7 + length])
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST: a record is complete
+            record = Record()
+            record.ParseFromString(b"".join(chunks))
+            chunks = []
+            yield record
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # ended meanwhile
+        return b""
+
+
+def last_value(rows, key: str) -> float:
+    return [float(r[key]) for r in rows if r.get(key) not in (None, "")][-1]
+
+
+@pytest.mark.skipif(bool(missing), reason=f"the loggers extra is not installed ({', '.join(missing)})")
+def test_every_logger_records_the_run_and_the_console_stays_quiet(
+    brisk_root, tmp_path, capfd, caplog, recwarn, monkeypatch, restore_logging
+):
+    """One run with all four loggers and the progress bar: each logger holds the run's val/acc and test/acc, as
+    summary.json does; the last line printed is the run directory, after wandb's closing lines; no Lightning tip,
+    no v_num, no 0.00it/s. The session's root: its mlflow store (logs/mlflow.db) is built once for the session."""
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for var, sub in [("WANDB_CONFIG_DIR", "config"), ("WANDB_CACHE_DIR", "cache"), ("WANDB_DATA_DIR", "data")]:
+        monkeypatch.setenv(var, str(tmp_path / "wandb-home" / sub))  # nothing written to ~/.config or ~/.cache
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    base = [a for a in BASE if a != "callbacks.progress_bar=null"]
+    run_dir = tmp_path / "run"
+    argv = [*base, "logger=[csv,tensorboard,mlflow,wandb]", f"hydra.run.dir={run_dir}"]
+    import wandb
+
+    try:
+        proc = brisk_train(argv, brisk_root, capfd, monkeypatch)
+        left_open = wandb.run  # brisk-train ends its wandb run before it prints the run directory
+    finally:
+        if wandb.run is not None:
+            wandb.run.finish()
+        wandb.teardown()  # wandb's service process, which would stay until pytest exits
+    assert not [p for p in processes_of(brisk_root) if b"wandb" in cmdline(p)], "wandb's service left running"
+    assert left_open is None
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = read_summary(run_dir)["metrics"]
+    val_acc, test_acc = metrics["val/acc"], metrics["test/acc"]
+
+    with open(next(run_dir.glob("csv/version_*/metrics.csv"))) as f:
+        rows = list(csv.DictReader(f))
+    assert (last_value(rows, "val/acc"), last_value(rows, "test/acc")) == pytest.approx((val_acc, test_acc))
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tb = {tag: events.Scalars(tag)[-1].value for tag in ("val/acc", "test/acc")}
+    assert (tb["val/acc"], tb["test/acc"]) == pytest.approx((val_acc, test_acc))
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{brisk_root}/logs/mlflow.db")
+    experiment = client.get_experiment_by_name("brisk")
+    (run,) = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"], max_results=1)
+    assert run.info.status == "FINISHED"
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "val/acc")] == pytest.approx([val_acc])
+    assert run.data.metrics["test/acc"] == pytest.approx(test_acc)
+
+    (log,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    records = list(wandb_records(log))
+    # wandb splits a key at its slashes: val/acc is nested_key ["val", "acc"]
+    history = [
+        {"/".join(i.nested_key) or i.key: i.value_json for i in r.history.item}
+        for r in records
+        if r.HasField("history")
+    ]
+    assert (last_value(history, "val/acc"), last_value(history, "test/acc")) == pytest.approx((val_acc, test_acc))
+    assert records[-1].HasField("exit")
+
+    out = proc.stdout.strip().splitlines()
+    assert out[-1] == str(run_dir), out[-5:]
+    assert "wandb sync" in proc.stdout + proc.stderr  # wandb's closing lines: printed, and before the last line
+    console = proc.stdout + proc.stderr + caplog.text  # caplog: where pytest's handlers took log lines instead
+    assert "Tip:" not in console and "v_num" not in console and "LeafSpec" not in console
+    assert "it/s" in console and "0.00it/s" not in console
+    warned = [str(w.message) for w in recwarn]
+    assert not [m for m in warned if "LeafSpec" in m]
+    assert [m for m in warned if "smaller than the logging interval" in m]  # a warning quiet() does not name
+
+
+def test_quiet_drops_only_the_known_lines():
+    """The filters drop the messages they name and nothing else: another warning, another metric's sync_dist advice
+    and another log line of the same logger still come through."""
+    lightning_log = logging.getLogger(quiet.LOGGER)
+    other_metric = "It is recommended to use `self.log('val/f1', ..., sync_dist=True)` when logging on epoch level"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        quiet.quiet()
+        quiet.quiet()  # twice: nothing added twice
+        assert lightning_log.filters.count(quiet.known_harmless) == 1
+        warnings.warn(
+            "It is recommended to use `self.log('val/acc_best', ..., sync_dist=True)` when ...",
+            UserWarning,
+            stacklevel=2,
+        )
+        warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use ...", FutureWarning, stacklevel=2)
+        warnings.warn(other_metric, UserWarning, stacklevel=2)
+        warnings.warn("something brisk has never seen", UserWarning, stacklevel=2)
+    assert [str(w.message) for w in seen] == [other_metric, "something brisk has never seen"]
+
+    def passes(message: str) -> bool:
+        return bool(lightning_log.filter(logging.makeLogRecord({"msg": message, "levelno": logging.INFO})))
+
+    assert not passes("💡 Tip: For seamless cloud logging and experiment tracking, try installing ...")
+    assert passes("GPU available: False, used: False")
