@@ -65,8 +65,8 @@ def compare(cfg: DictConfig, workers: int, rounds: int) -> dict:
     datamodule.prepare_data()
     datamodule.setup("fit")
     images, labels = datamodule.tensors("train")
-    augment = dict(datamodule.hparams.augment)
-    if augment.get("cutout_size"):
+    augment = {k: v for k, v in datamodule.hparams.augment.items() if v not in (0, None, False)}  # the ones on
+    if set(augment) - {"crop_pad", "flip"}:
         raise BriskError("augment: the pipeline comparison has crop and flip on both sides. Use augment=standard.")
 
     def brisk_prepare(x: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,28 @@ def pipeline(p: dict[str, Any]) -> str:
     return head + "\n" + _table(["pipeline", "images/s", "vs classic"], rows)
 
 
+def augment(a: dict[str, Any]) -> str:
+    head = (
+        f"### Augmentation cost\n\nOne batch of {a['batch_size']} uint8 {a['image_size']}x{a['image_size']} images "
+        f"through `prepare_batch` (augment + normalize) on {a['device']}, {a['torch_threads']} torch threads; "
+        f"ms per batch, median of {len(next(iter(a['rounds'].values())))} interleaved rounds of {a['repeats']} "
+        "batches. `none` is normalization alone.\n"
+    )
+    rows = [
+        [
+            f"`augment={r['option']}`",
+            ", ".join(f"{k}={v}" for k, v in r["augment"].items()) or "-",
+            _n(r["ms_per_batch"], 1),
+            f"{r['over_none_ms']:+.1f}",
+            f"{r['over_standard_ms']:+.1f}",
+            f"{r['spread']:.0%}",
+        ]
+        for r in a["rows"]
+    ]
+    header = ["option", "on", "ms/batch", "vs none", "vs standard", "spread"]
+    return head + "\n" + _table(header, rows)
+
+
 def overhead(o: dict[str, dict]) -> str:
     any_model = next(iter(o.values()))
     head = (

@@ -17,12 +17,12 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from brisk import BriskError, hardware, resolve_precision, write_json
-from brisk_lab import breakdown, levers, overhead, pipeline, plots, report
+from brisk_lab import augment_cost, breakdown, levers, overhead, pipeline, plots, report
 from brisk_lab.compose import compose_with, task_overrides
 from brisk_lab.fit import DataCache, measure_fit
 
 log = logging.getLogger("brisk")
-PARTS = ("pipeline", "overhead", "breakdown", "fit")
+PARTS = ("pipeline", "augment", "overhead", "breakdown", "fit")
 
 
 def _count(bench: DictConfig, key: str, least: int = 1) -> int:
@@ -40,7 +40,8 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
     for part in bench.get("run") or []:
         if part not in known:
             raise BriskError(f"bench.run: unknown part '{part}'. Choose from: {', '.join(known)}.")
-    counts = ["rounds", "pipeline.batch_size", "fit.warmup", "fit.steps", "overhead.warmup", "overhead.steps"]
+    counts = ["rounds", "pipeline.batch_size", "augment.batch_size", "augment.repeats", "fit.warmup", "fit.steps"]
+    counts += ["overhead.warmup", "overhead.steps"]
     counts += [f"{part}.{key}" for part in ("breakdown", "sweep") for key in ("warmup", "steps", "rounds")]
     for key in counts:
         _count(bench, key)
@@ -49,6 +50,9 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
     for part in bench.run:
         if part == "pipeline":
             plans[part] = compose_with([f"data.batch_size={bench.pipeline.batch_size}"], "bench.pipeline")
+        elif part == "augment":
+            size = f"data.batch_size={bench.augment.batch_size}"
+            plans[part] = {o: compose_with([f"augment={o}", size], "bench.augment") for o in bench.augment.options}
         elif part == "overhead":
             extra = list(bench.overhead.overrides or [])
             plans[part] = {m: compose_with([f"model={m}", *extra], "bench.overhead") for m in bench.overhead.models}
@@ -64,6 +68,8 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
 def _part(part: str, planned: Any, bench: DictConfig, run_dir: Path, data: DataCache) -> dict:
     if part == "pipeline":
         return pipeline.compare(planned, bench.pipeline.workers, bench.rounds)
+    if part == "augment":
+        return augment_cost.compare(planned, bench.augment.repeats, bench.rounds)
     if part == "overhead":
         o = bench.overhead
         return {model: overhead.compare(c, o.warmup, o.steps, bench.rounds, data) for model, c in planned.items()}
@@ -113,6 +119,8 @@ def markdown(results: dict) -> str:
     for name, result in results["parts"].items():
         if name == "pipeline":
             out.append(report.pipeline(result))
+        elif name == "augment":
+            out.append(report.augment(result))
         elif name == "overhead":
             out.append(report.overhead(result))
         elif name == "breakdown":
@@ -130,7 +138,7 @@ def draw(name: str, result: dict, run_dir: Path) -> None:
         plots.pipeline(result, path)
     elif name == "overhead":
         plots.overhead(result, path)
-    elif name not in ("fit", "breakdown"):
+    elif name not in ("fit", "breakdown", "augment"):
         plots.lever(name, result, path)
 
 

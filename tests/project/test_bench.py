@@ -188,7 +188,7 @@ def test_every_lever_value_of_every_preset_composes(preset, brisk_root):
     tiny = [o for o in TINY if not o.startswith("model.net")]  # the model lever changes the net
     base = [*tiny, f"preset={preset}"] if preset else tiny
     bench = compose_bench(base, brisk_root).bench
-    assert set(bench.run) <= {"pipeline", "overhead", "breakdown", "fit", *bench.levers}
+    assert set(bench.run) <= {"pipeline", "augment", "overhead", "breakdown", "fit", *bench.levers}
     for name, spec in bench.levers.items():
         for label, overrides in levers.settings(name, spec):
             cfg = compose_bench([*base, *overrides], brisk_root)

@@ -57,8 +57,13 @@ def cutout(x: torch.Tensor, size: int) -> torch.Tensor:
     return x.masked_fill(hole.unsqueeze(1), 0)
 
 
-def augment(x: torch.Tensor, crop_pad: int = 0, flip: bool = False, cutout_size: int = 0) -> torch.Tensor:
+def augment(x: torch.Tensor, crop_pad: int = 0, flip: bool = False, cutout_size: int = 0, **more) -> torch.Tensor:
+    """`more`: rotate, scale, color_jitter, policy, erasing (brisk.data.kornia_augment), after the crop and flip."""
     x = random_crop(x, crop_pad, flip)  # flips too, even without a crop
+    if more and any(v is not None and v != 0 for v in more.values()):  # off: no import, no float copy
+        from brisk.data import kornia_augment
+
+        x = kornia_augment.apply(x, **more)
     return cutout(x, cutout_size)
 
 

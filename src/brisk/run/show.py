@@ -1,0 +1,53 @@
+"""brisk-train ... +show=augment: a grid of training images before and after the run's augmentation, written to
+augment.png in the run directory; then the run ends without training.
+
+The images are the first of the train split, augmented as a training batch is (brisk.data.augment, seeded by the
+run's seed), on the CPU. Mixup and cutmix mix normalized batches and their labels after this step: not drawn.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from torchvision.utils import save_image
+
+from brisk.data import augment as aug
+from brisk.data import mixing
+from brisk.errors import BriskError
+from brisk.run import checks, preflight
+from brisk.run.builder import build_datamodule
+
+VIEWS = ("augment",)
+COLUMNS = 8  # images per row; each row of originals is followed by the row of the same images augmented
+ROWS = 4
+MIN_SIDE = 96  # small images are enlarged (nearest neighbour) to about this many pixels, so the grid can be read
+
+
+def show(cfg: DictConfig) -> Path:
+    if cfg.show not in VIEWS:
+        raise BriskError(f"show={cfg.show}: there is no such view. Use +show={'|'.join(VIEWS)}.")
+    checks.validate(cfg)
+    L.seed_everything(cfg.seed)
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    preflight.augment_sizes(cfg, datamodule.image_size)
+    images, rows, _ = datamodule.splits["train"]
+    columns = min(COLUMNS, len(rows))
+    before = images.index_select(0, rows[: min(ROWS * columns, len(rows)) // columns * columns])
+    after = aug.augment(before, **mixing.split(datamodule.hparams.augment)[0])
+    pairs = torch.stack([t.view(-1, columns, *t.shape[1:]) for t in (before, after)], 1)  # rows, 2, columns, ...
+    grid = pairs.flatten(0, 2).float().div_(255)
+    factor = max(1, MIN_SIDE // grid.shape[-1])
+    grid = grid.repeat_interleave(factor, -1).repeat_interleave(factor, -2)
+    path = Path(HydraConfig.get().runtime.output_dir) / "augment.png"
+    save_image(grid, path, nrow=columns, padding=2 * factor, pad_value=1.0)
+    print(f"augment: {len(before)} training images, each row followed by the same images augmented", file=sys.stderr)
+    print(path, flush=True)
+    print(path.parent, flush=True)  # the last line, as for every run
+    return path
