@@ -8,6 +8,7 @@ normalization on the training device in `on_after_batch_transfer`.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import NamedTuple
 
@@ -16,7 +17,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from brisk.data import augment as aug
-from brisk.data import splits
+from brisk.data import mixing, splits
 from brisk.data.loader import TensorBatchLoader
 from brisk.errors import BriskError
 from brisk.utils.config import plain
@@ -43,10 +44,12 @@ class TensorDataModule(L.LightningDataModule):
             (a fixed split, see `split_seed`). Unused by datasets that have their own val split.
         split_seed: seeds the val split and the `train_size` subset only, so changing the run's seed keeps them.
         eval_batch_size: the global batch for val and test; defaults to `batch_size`.
-        augment: keyword arguments of `brisk.data.augment.augment`, applied to training batches.
+        augment: keyword arguments of `brisk.data.augment.augment`, applied to training batches, and the mixing
+            keys of `brisk.data.mixing` (mixup_alpha, cutmix_alpha), applied after normalization.
         channels_last: inputs (and, by the builder, the model) in channels_last: faster convolutions on tensor cores.
         train_size: train on a fixed subset of this many images (or this fraction), taken after the val split.
         dedup: drop exact duplicate images from the train split before the val split is taken.
+        balanced: draw each training epoch class-balanced, with replacement (TensorBatchLoader's `balanced`).
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class TensorDataModule(L.LightningDataModule):
         channels_last: bool = False,
         train_size: int | float | None = None,
         dedup: bool = False,
+        balanced: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()  # with the subclass's own arguments (Lightning collects the whole __init__ chain)
@@ -181,6 +185,7 @@ class TensorDataModule(L.LightningDataModule):
             seed=self.order_seed,
             epoch_fn=lambda: trainer.current_epoch if trainer is not None else 0,
             rows=rows,
+            balanced=train and self.hparams.balanced,
         )
 
     def train_dataloader(self) -> TensorBatchLoader:
@@ -192,6 +197,10 @@ class TensorDataModule(L.LightningDataModule):
     def test_dataloader(self) -> TensorBatchLoader | list:
         return self._loader("test", train=False) if self.splits.get("test") is not None else []
 
+    def class_counts(self) -> torch.Tensor:
+        """Images per class in the train split as trained on (after the val split, dedup, train_size), after setup."""
+        return torch.bincount(self.splits["train"].labels, minlength=self.num_classes)
+
     def tensors(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         """A split's images (copied out of the dataset's tensor) and labels, after setup."""
         images, rows, labels = self.splits[split]
@@ -200,15 +209,22 @@ class TensorDataModule(L.LightningDataModule):
     def prepare_batch(self, x: torch.Tensor, train: bool) -> torch.Tensor:
         """A uint8 batch on its device -> augmented (if `train`), normalized float, in the configured layout."""
         if train:
-            x = aug.augment(x, **self.hparams.augment)
+            x = aug.augment(x, **mixing.split(self.hparams.augment)[0])
         return aug.normalize(x, self.mean, self.std, channels_last=self.hparams.channels_last)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         x, y = batch
-        x = self.prepare_batch(x, train=self.trainer is not None and self.trainer.training)
+        train = self.trainer is not None and self.trainer.training
+        x = self.prepare_batch(x, train=train)
+        if train and self.mixer is not None:
+            x, y = self.mixer(x, y)  # y becomes class probabilities
         if self.trainer is not None:  # 16-true, bf16-true and 64 want the inputs in their dtype too
             x = self.trainer.precision_plugin.convert_input(x)
         return x, y
+
+    @functools.cached_property
+    def mixer(self) -> mixing.Mixer | None:
+        return mixing.mixer(self.num_classes, **mixing.split(self.hparams.augment)[1])
 
     def state_dict(self) -> dict:
         """In every checkpoint: the normalization the model was trained with, for eval, predict and export."""

@@ -10,6 +10,11 @@ memory-mapped) tensor is never copied.
 It is stateful: Lightning saves `state_dict()` (how far into which epoch) in every checkpoint and,
 when it resumes mid-epoch, calls `load_state_dict()` before iterating, so the resumed epoch yields
 exactly the batches the interrupted one had not reached yet.
+
+With `balanced`, each epoch's order is a draw with replacement instead of a permutation: every position picks
+a class uniformly, then an image of that class uniformly, so an image is drawn with probability inversely
+proportional to its class's frequency, and an epoch keeps its length. The draw is seeded like the permutation,
+so the ranks' shards and a resumed epoch stay exact.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class TensorBatchLoader:
         seed: int = 0,
         epoch_fn: Callable[[], int] = lambda: 0,
         rows: torch.Tensor | None = None,
+        balanced: bool = False,
     ) -> None:
         self.images, self.labels, self.rows = images, labels, rows
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
@@ -40,6 +46,12 @@ class TensorBatchLoader:
         # is trained on (it does not prefetch loaders that have a length), so it counts consumed batches.
         self._epoch, self._yielded = 0, 0
         self._resume_at: tuple[int, int] | None = None
+        self.balanced = balanced
+        if balanced:  # the samples grouped by class, and where each present class's group starts and how long it is
+            self._by_class = torch.argsort(labels, stable=True)
+            counts = torch.bincount(labels)
+            self._counts = counts[counts > 0]
+            self._starts = (torch.cumsum(counts, 0) - counts)[counts > 0]
 
     def _shard_size(self) -> int:
         n = len(self.labels)
@@ -56,8 +68,12 @@ class TensorBatchLoader:
     def indices(self, epoch: int) -> torch.Tensor:
         """This rank's sample order for `epoch`."""
         n = len(self.labels)
-        if self.shuffle:
-            g = torch.Generator().manual_seed((self.seed + 1_000_003 * epoch) % 2**63)
+        g = torch.Generator().manual_seed((self.seed + 1_000_003 * epoch) % 2**63)
+        if self.balanced:
+            cls = torch.randint(len(self._counts), (n,), generator=g)
+            member = (torch.rand(n, generator=g, dtype=torch.float64) * self._counts[cls]).long()
+            order = self._by_class[self._starts[cls] + member]
+        elif self.shuffle:
             order = torch.randperm(n, generator=g)
         else:
             order = torch.arange(n)
