@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from brisk.checkpoints import restore
 from brisk.cli import entry_point
-from brisk.run import checks
+from brisk.run import checks, loggers
 from brisk.run import summary as run_summary
 from brisk.run.builder import build_datamodule
 from brisk.run.prepare import build_trainer
@@ -29,7 +29,10 @@ def evaluate(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> di
     metrics = run_summary.scalars(trainer.callback_metrics)
     if trainer.is_global_zero:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
-        run_summary.write(run_dir / "eval.json", {"ckpt_path": str(ckpt), "metrics": metrics, "run_dir": str(run_dir)})
+        # test_per_class and test_confusion_matrix as in summary.json
+        result = {"ckpt_path": str(ckpt), "metrics": metrics, "run_dir": str(run_dir), **model.test_report}
+        run_summary.write(run_dir / "eval.json", result)
+        loggers.finish(trainer)  # wandb's closing lines before the run directory, as in brisk-train
         print(run_dir, flush=True)
     return metrics
 

@@ -34,6 +34,10 @@ def test_single_run_has_one_directory_and_global_metrics(root):
     proc = run_cli("train", [*TINY, *DDP], root)
     run_dir = run_dir_of(proc)
     assert run_dirs(root) == [run_dir]
+    # brisk.utils.quiet, in every rank: Lightning's sync_dist advice for val/acc_best and its tips; rank 1's log
+    # lines go to its own file only, so the console says the precision once
+    console = proc.stdout + proc.stderr
+    assert "sync_dist=True" not in console and "Tip:" not in console and console.count("] - precision: ") == 1
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best-epoch000.ckpt", "last.ckpt"]
     s = read_summary(run_dir)
     assert s["world_size"] == 2 and s["per_device_batch"] == 50 and s["global_batch"] == 100
@@ -43,8 +47,11 @@ def test_single_run_has_one_directory_and_global_metrics(root):
     # on the whole test split with the same checkpoint (each rank tested half of it).
     data = [o for o in TINY if o.startswith("data")]
     single = run_cli("evaluate", [*data, f"ckpt_path={s['ckpt_path']}", "trainer.accelerator=cpu"], root)
-    single_acc = json.loads((run_dir_of(single) / "eval.json").read_text())["metrics"]["test/acc"]
-    assert s["metrics"]["test/acc"] == pytest.approx(single_acc, abs=1e-6)
+    single_eval = json.loads((run_dir_of(single) / "eval.json").read_text())
+    assert s["metrics"]["test/acc"] == pytest.approx(single_eval["metrics"]["test/acc"], abs=1e-6)
+    # The per-class counts too: the ranks' confusion matrices are gathered, not rank 0's alone.
+    assert s["test_confusion_matrix"] == single_eval["test_confusion_matrix"]
+    assert s["metrics"]["test/top5_acc"] == pytest.approx(single_eval["metrics"]["test/top5_acc"], abs=1e-6)
 
 
 def test_sweep_runs_each_job_once_with_its_ranks(root):

@@ -13,6 +13,7 @@ import torch
 
 import brisk
 from brisk.callbacks.startup_clock import process_age
+from brisk.models.nets import SimpleCNN
 from helpers import TINY, read_summary, run_cli, run_dir_of
 
 SUMMARY_FIELDS = {
@@ -48,6 +49,23 @@ def test_summary_has_the_fields(trained):
     assert (run_dir / ".hydra" / "config.yaml").is_file()
     assert s["last_ckpt_path"] == str(run_dir / "checkpoints" / "last.ckpt") and Path(s["last_ckpt_path"]).is_file()
     assert Path(s["ckpt_path"]).name.startswith("best-")
+
+
+def test_summary_has_per_class_results_and_the_cost_of_an_image(trained):
+    s = read_summary(trained[0])
+    names = s["class_names"]
+    assert len(names) == 10 and 0 < s["metrics"]["test/top5_acc"] <= 1
+    assert s["metrics"]["test/top5_acc"] >= s["metrics"]["test/acc"]
+    assert list(s["test_per_class"]) == sorted(names)  # keyed by name (summary.json sorts its keys)
+    assert all(set(v) == {"precision", "recall", "f1", "support"} for v in s["test_per_class"].values())
+    matrix = s["test_confusion_matrix"]
+    assert matrix["class_names"] == names and len(matrix["counts"]) == 10 and {len(r) for r in matrix["counts"]} == {10}
+    assert sum(map(sum, matrix["counts"])) == 500  # data.synthetic.n_test
+    assert [sum(row) for row in matrix["counts"]] == [s["test_per_class"][n]["support"] for n in names]
+    correct = sum(matrix["counts"][i][i] for i in range(10))
+    assert correct / 500 == pytest.approx(s["metrics"]["test/acc"], abs=1e-6)
+    assert s["params"] == sum(p.numel() for p in SimpleCNN(num_classes=10, width=8).parameters())  # TINY's net
+    assert s["flops_per_image"] > 0
 
 
 def test_startup_clock_counts_from_the_process_start():
@@ -92,6 +110,9 @@ def test_eval_reproduces_test_accuracy(trained, brisk_root):
     proc = run_cli("evaluate", [*data, f"ckpt_path={s['ckpt_path']}", "trainer.accelerator=cpu"], brisk_root)
     eval_json = read_summary.__globals__["json"].loads((run_dir_of(proc) / "eval.json").read_text())
     assert eval_json["metrics"]["test/acc"] == pytest.approx(s["metrics"]["test/acc"], abs=1e-6)
+    assert eval_json["metrics"]["test/top5_acc"] == pytest.approx(s["metrics"]["test/top5_acc"], abs=1e-6)
+    assert eval_json["test_confusion_matrix"] == s["test_confusion_matrix"]
+    assert eval_json["test_per_class"] == {k: pytest.approx(v) for k, v in s["test_per_class"].items()}
 
 
 @pytest.mark.slow  # suite budget; the default suite covers the same path more cheaply

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning as L
-import torch
 
 # train/ce is logged beside the optimized train/loss only with an L1 term (model.l1): it is what val/loss compares to.
 CURVES = {"loss": ("train/loss", "train/ce", "val/loss"), "accuracy": ("train/acc", "val/acc")}
@@ -64,14 +63,11 @@ class RunPlots(L.Callback):
             self._lr()
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        confusion = getattr(pl_module, "test_confusion", None)
-        if confusion is None or not confusion.update_called:
-            return
-        matrix = confusion.compute().cpu()  # on every rank: compute gathers the counts of all ranks
-        confusion.reset()
-        if trainer.is_global_zero:
+        # The counts of all ranks, gathered by the LightningModule at the end of its test epoch.
+        confusion = getattr(pl_module, "test_report", {}).get("test_confusion_matrix")
+        if confusion and trainer.is_global_zero:
             self.dirpath.mkdir(parents=True, exist_ok=True)
-            self._confusion(matrix)
+            self._confusion(confusion["counts"], confusion["class_names"])
 
     def _curves(self, name: str, keys: tuple[str, ...]) -> None:
         fig, ax = _figure()
@@ -82,6 +78,7 @@ class RunPlots(L.Callback):
         ax.set_xlabel("epoch")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_ylabel(name)
+        ax.set_title(f"{name} by epoch")
         ax.legend()
         ax.grid(alpha=0.3)
         fig.tight_layout()
@@ -97,22 +94,28 @@ class RunPlots(L.Callback):
                     ax.plot(steps, group, label=f"param group {i}")
             ax.legend()
         ax.set_xlabel("optimizer step")
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_ylabel("learning rate")
+        ax.set_title("learning rate schedule")
         ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(self.dirpath / "lr.png", dpi=100)
 
-    def _confusion(self, matrix: torch.Tensor) -> None:
-        n = matrix.shape[0]
-        fig, ax = _figure(figsize=(1.5 + 0.45 * n, 1 + 0.45 * n))
-        image = ax.imshow(matrix.numpy(), cmap="Blues")
-        fig.colorbar(image, ax=ax)
+    def _confusion(self, counts: list[list[int]], class_names: list[str]) -> None:
+        n = len(counts)
+        labels = max(map(len, class_names), default=0) * 0.07  # inches the rotated and the row labels take
+        fig, ax = _figure(figsize=(2.5 + labels + 0.45 * n, 2 + labels + 0.45 * n))
+        image = ax.imshow(counts, cmap="Blues")
+        fig.colorbar(image, ax=ax, label="test images")
         if n <= 20:
-            for i, row in enumerate(matrix.tolist()):
+            for i, row in enumerate(counts):
                 for j, count in enumerate(row):
                     ax.text(j, i, count, ha="center", va="center", fontsize=7)
-        ax.set_xlabel("predicted")
-        ax.set_ylabel("true")
-        ax.set_title("test confusion matrix")
+        if n <= 50:  # more names than that cannot be read at this size
+            ax.set_xticks(range(n), class_names, rotation=45, ha="right", rotation_mode="anchor", fontsize=8)
+            ax.set_yticks(range(n), class_names, fontsize=8)
+        ax.set_xlabel("predicted class")
+        ax.set_ylabel("true class")
+        ax.set_title(f"test confusion matrix ({sum(map(sum, counts))} images)")
         fig.tight_layout()
         fig.savefig(self.dirpath / "confusion_matrix.png", dpi=100)

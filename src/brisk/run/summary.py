@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
@@ -15,9 +16,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from brisk.callbacks import SpeedMeter, StartupClock
+from brisk.models import metrics as model_metrics
 from brisk.models.sparsity import sparsity
 from brisk.run import launch
 from brisk.utils.files import write_text
+
+log = logging.getLogger("brisk")
 
 
 def hardware() -> dict[str, Any]:
@@ -45,6 +49,15 @@ def strict(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [strict(v) for v in value]
     return value
+
+
+def cost(model: L.LightningModule, datamodule: L.LightningDataModule) -> dict[str, int | None]:
+    """`params` and `flops_per_image` of the model's net (brisk.models.metrics.cost). On rank 0 only, at the end."""
+    try:
+        return model_metrics.cost(model.hparams.net, len(datamodule.class_names), datamodule.image_size)
+    except Exception as e:  # a net that cannot be built on the meta device must not cost a finished run its summary
+        log.warning("flops_per_image not counted: building the net on the meta device failed: %s", e)
+        return {"params": sum(p.numel() for p in model.parameters()), "flops_per_image": None}
 
 
 def write(path: Path, summary: dict[str, Any]) -> None:
@@ -86,6 +99,8 @@ def of_training(
         "class_names": datamodule.class_names,
         "normalization": {"mean": datamodule.mean, "std": datamodule.std},
         "sparsity": sparsity(model),  # of the tested weights: per conv/linear weight and in total
+        **cost(model, datamodule),  # params, flops_per_image
+        **model.test_report,  # test_per_class, test_confusion_matrix: absent without a test split
         "overrides": list(HydraConfig.get().overrides.task),
         "hardware": hardware(),
         "distributed": launch.environment(trainer),

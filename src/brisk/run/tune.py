@@ -124,6 +124,8 @@ def _plot(finder, path: Path) -> str | None:
         log.info("lr_find.png skipped: matplotlib is not installed (pip install -e '.[plots]')")
         return None
     fig = Figure(figsize=(5, 3.5), layout="constrained")
-    finder.plot(suggest=True, ax=fig.subplots())
+    ax = fig.subplots()
+    finder.plot(suggest=True, ax=ax)  # Lightning labels the axes (learning rate, loss) and marks the suggestion
+    ax.set_title("LR finder: training loss by learning rate")
     fig.savefig(path, dpi=110)
     return str(path)

@@ -1,0 +1,92 @@
+"""The test stage's results beyond accuracy: per-class precision, recall and F1, top-5 accuracy, the confusion matrix;
+and what one image costs the net (parameters, FLOPs).
+
+The metrics are torchmetrics states, updated only in test steps and computed once at the end of the test epoch:
+`compute` gathers every rank's counts, so the numbers are those of the whole test split under DDP. The training
+step never touches them."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from torch.utils.flop_counter import FlopCounterMode
+from torchmetrics import MetricCollection
+from torchmetrics.classification import (
+    MulticlassAccuracy,
+    MulticlassConfusionMatrix,
+    MulticlassF1Score,
+    MulticlassPrecision,
+    MulticlassRecall,
+)
+
+TOP_K = 5
+
+
+class ClassMetrics(torch.nn.Module):
+    """Per-class precision, recall and F1 (a class never predicted has precision 0), top-5 accuracy where there are
+    at least 5 classes, and the confusion matrix (rows: the true class, columns: the predicted one).
+
+    validate_args=False: the check calls torch.unique on the labels, one more host sync per test step on a GPU."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        kw = {"num_classes": num_classes, "validate_args": False}
+        # One compute group: the three read the same per-class true/false positive counts, updated once a step.
+        self.per_class = MetricCollection(
+            {
+                "precision": MulticlassPrecision(average=None, **kw),
+                "recall": MulticlassRecall(average=None, **kw),
+                "f1": MulticlassF1Score(average=None, **kw),
+            },
+            compute_groups=[["precision", "recall", "f1"]],
+        )
+        self.confusion = MulticlassConfusionMatrix(**kw)
+        self.top5 = MulticlassAccuracy(top_k=TOP_K, average="micro", **kw) if num_classes >= TOP_K else None
+
+    def update(self, logits: torch.Tensor, y: torch.Tensor) -> None:
+        self.per_class.update(logits, y)
+        self.confusion.update(logits, y)
+        if self.top5 is not None:
+            self.top5.update(logits, y)
+
+    def scalars(self) -> dict[str, MulticlassAccuracy]:
+        """The metrics the LightningModule logs as `test/<name>` (Lightning computes and resets them)."""
+        return {"top5_acc": self.top5} if self.top5 is not None else {}
+
+    def report(self, class_names: list[str]) -> dict[str, Any]:
+        """`test_per_class` (class name -> precision, recall, f1, support) and `test_confusion_matrix` (the class
+        names and the counts), as plain numbers; {} if no test step ran. Call it on every rank: compute gathers."""
+        if not self.confusion.update_called:
+            return {}
+        values = {name: v.tolist() for name, v in self.per_class.compute().items()}
+        counts = self.confusion.compute().tolist()
+        self.per_class.reset()
+        self.confusion.reset()
+        per_class = {
+            name: {**{k: v[i] for k, v in values.items()}, "support": sum(counts[i])}
+            for i, name in enumerate(class_names)
+        }
+        return {
+            "test_per_class": per_class,
+            "test_confusion_matrix": {"class_names": list(class_names), "counts": counts},
+        }
+
+
+def cost(net: dict, num_classes: int, image_size: int) -> dict[str, int]:
+    """`params` and `flops_per_image` of the net a config builds: torch's FlopCounterMode over one forward of one
+    3 x image_size x image_size image (FLOPs = 2 x multiply-adds of matmuls and convolutions; norms and
+    activations are not counted). The net is built anew on the meta device, so nothing is allocated or computed,
+    and the trained one is left alone: it may be compiled, sharded (FSDP, DeepSpeed) or on another device."""
+    with torch.device("meta"), warnings.catch_warnings():
+        # A net that loads weights (model=timm model.net.weights=...) copies them into meta tensors: a no-op, which
+        # torch reports once per tensor.
+        warnings.filterwarnings("ignore", message=".*non-meta parameter in the checkpoint to a meta parameter")
+        model = instantiate(net, num_classes=num_classes)
+        x = torch.zeros(1, 3, image_size, image_size)
+    model.eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(x)
+    return {"params": sum(p.numel() for p in model.parameters()), "flops_per_image": counter.get_total_flops()}
