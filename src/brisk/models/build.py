@@ -19,6 +19,11 @@ def build_model(cfg: DictConfig, datamodule: L.LightningDataModule | None = None
         class_names=datamodule.class_names,
         _recursive_=False,
     )
+    # A net trained elsewhere (TimmNet with weights) expects inputs normalized as in its training: those statistics
+    # replace the data's, here rather than in a second key, so the checkpoint, predict and export hold the same ones.
+    stats = getattr(model.net, "input_stats", None)
+    if stats is not None and hasattr(datamodule, "mean"):
+        datamodule.mean, datamodule.std = (list(s) for s in stats)
     if datamodule.hparams.get("channels_last"):  # the DataModule delivers channels_last inputs: match them
         model.to(memory_format=torch.channels_last)
     return model
