@@ -204,6 +204,20 @@ def stopped_for_ctrl_c(exit: SystemExit) -> bool:
     return exit.code == 1 and isinstance(exit.__context__, KeyboardInterrupt)
 
 
+def basic_sweeper(**settings: Any) -> Any:
+    """Hydra's basic sweeper, which brisk's grid sweeper (brisk.search.grid) runs without its raise at a failed job.
+    Hydra ships the class only in its _internal package, and its plugin scan executes that module again after
+    start-up (a class imported earlier is then another class than the one its own methods name): look it up now."""
+    from hydra._internal.core_plugins import basic_sweeper
+
+    return basic_sweeper.BasicSweeper(**settings)
+
+
+def sweep_params(sweeper: Any) -> list[str]:
+    """`hydra.sweeper.params` of Hydra's basic sweeper as `key=value` overrides: no public way reads them."""
+    return sweeper._parse_config()
+
+
 # (owner, attribute) for each private name above: what `missing()` checks.
 _USED = [
     (_AcceleratorConnector, "cluster_environment"),
@@ -225,6 +239,8 @@ _USED = [
     (_LoggerConnector, "should_update_logs"),
     (_FitLoop, "_should_accumulate"),
 ]
+# Hydra's BasicSweeper (looked up when used: see basic_sweeper).
+_SWEEPER = ("_parse_config", "split_arguments", "get_job_batch", "is_done")
 # Set in __init__ rather than on the class: checked on fresh instances in missing().
 _AVERAGING = ("_average_model",)
 
@@ -253,6 +269,8 @@ def missing() -> list[str]:
     for name in ("_PRECISION_INPUT_STR", "_PRECISION_INPUT_STR_ALIAS", "_PRECISION_INPUT_STR_ALIAS_CONVERSION"):
         if not hasattr(precision, name):
             gone.append(f"lightning.fabric.plugins.precision.precision.{name}")
+    sweeper = type(basic_sweeper(max_batch_size=None))
+    gone += [f"hydra BasicSweeper.{name}" for name in _SWEEPER if not hasattr(sweeper, name)]
     if "_return_value" not in JobReturn.__dataclass_fields__:
         gone.append("hydra.core.utils.JobReturn._return_value")
     return gone

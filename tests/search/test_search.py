@@ -94,7 +94,9 @@ def test_killed_search_resumes_without_rerunning_finished_trials(project):
     results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     best = max((t for t in after if t.state == TrialState.COMPLETE), key=lambda t: t.value)
     assert results["best"]["number"] == best.number and results["counts"] == {"COMPLETE": 3, "FAIL": 1}
-    line = proc.stdout.strip().splitlines()[-2]
+    lines = proc.stdout.strip().splitlines()
+    line = lines[next(i for i, x in enumerate(lines) if x.endswith("Its overrides:")) + 1]
+    assert lines[-4:-1] == [str(sweep / name) for name in ("comparison.csv", "comparison.md", "comparison.png")]
     assert line == results["best"]["overrides"] and re.search(r"optimizer\.lr=0\.0\d+", line)
     assert "hparams_search" not in line and "data=synthetic" in line
     assert is_png(sweep / "optimization_plot.png") and is_png(sweep / "sweep_plot.png")

@@ -1,4 +1,5 @@
-"""Sweeps: a failing job is recorded and the sweep goes on; runs started together never share a directory."""
+"""Sweeps: a failing job is recorded, the sweep goes on and ends with the runs compared and the failure named in
+one line; runs started together never share a directory."""
 
 from __future__ import annotations
 
@@ -18,8 +19,19 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(project):
         project,
         check=False,
     )
-    assert proc.returncode != 0, "a sweep with a failed job must exit non-zero"
+    assert proc.returncode == 1, "a sweep with a failed job must exit non-zero"
     (table,) = (project / "logs").rglob("sweep_summary.csv")
+    # It ends with one line naming the failed job and its folder, after the table, the sweep folder last on stdout.
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"brisk: error: 1 of 2 sweep jobs failed: job 0 ({table.parent / '0'}: not kept, refused before training). "
+        f"Their errors are in {table}."
+    )
+    out = proc.stdout.strip().splitlines()
+    written = [str(table.parent / n) for n in ("comparison.csv", "comparison.md", "comparison.png")]
+    assert out[-4:] == [*written, str(table.parent)]
+    compared = list(csv.DictReader((table.parent / "comparison.csv").open()))
+    assert [r["run"] for r in compared] == ["1"] and compared[0]["data.val_size"] == "500"
     rows = list(csv.DictReader(table.open()))
     assert [r["status"] for r in rows] == ["failed", "completed"]
     assert "data.val_size=99999" in rows[0]["overrides"] and "val_size" in rows[0]["error"]

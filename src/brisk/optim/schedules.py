@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from collections.abc import Callable
 
@@ -10,6 +11,8 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from brisk.errors import BriskError
+
+log = logging.getLogger("brisk")
 
 
 def cosine_with_warmup(optimizer: Optimizer, total_steps: int, warmup: float = 0.05, final: float = 0.0) -> LambdaLR:
@@ -58,12 +61,13 @@ def build(config: dict, optimizer: Optimizer, total_steps: Callable[[str], int])
     parameters = inspect.signature(make.func).parameters
     if "total_steps" in parameters:
         kwargs["total_steps"] = int(total_steps(interval))
-        _check_horizon(make, parameters, kwargs["total_steps"], interval)
+        kwargs.update(_fit_horizon(make, parameters, kwargs["total_steps"], interval))
     return make(optimizer, **kwargs), interval
 
 
-def _check_horizon(make, parameters, total: int, interval: str) -> None:
-    """Refuse, before training, a planned schedule that cannot run over `total` steps (instead of a crash in it)."""
+def _fit_horizon(make, parameters, total: int, interval: str) -> dict:
+    """The keyword arguments that make a planned schedule run over `total` steps: {} for most runs, a warm-up of
+    two steps where pct_start gives exactly one. Refuses, before training, what no adjustment can run."""
     name = getattr(make.func, "__name__", str(make.func))
     if total < 1:
         raise BriskError(
@@ -71,10 +75,23 @@ def _check_horizon(make, parameters, total: int, interval: str) -> None:
             "Train for at least one optimizer step, or use scheduler=none."
         )
     pct = make.keywords.get("pct_start", parameters["pct_start"].default) if "pct_start" in parameters else None
-    if pct is not None and float(pct * total) == 1.0:
-        # torch's OneCycleLR then ends its warm-up phase on the step it starts, and divides by zero.
+    if pct is None or float(pct * total) != 1.0:
+        return {}
+    # torch's OneCycleLR ends a one-step warm-up on the step it starts, and divides by zero. Small runs (4 steps at
+    # the default 0.25, e.g. one epoch of 4 batches) get the shortest warm-up it can run, two steps, with one or
+    # more left to anneal; a 2-step run has none left, so only its explicit pct_start=0.5 is refused.
+    if total < 3:
         raise BriskError(
             f"scheduler.pct_start={pct} x {total} optimizer steps is a warm-up of exactly one step, which {name} "
             "cannot schedule (a ZeroDivisionError in torch). Change scheduler.pct_start (e.g. 0.3), train more "
             "steps (trainer.max_epochs, a smaller data.batch_size or less accumulation), or use scheduler=cosine."
         )
+    log.info(
+        "scheduler.pct_start=%s x %d optimizer steps is a warm-up of one step, which %s cannot run: warming up "
+        "over 2 steps instead (pct_start=%.4g). Train more steps to keep pct_start as it is.",
+        pct,
+        total,
+        name,
+        2 / total,
+    )
+    return {"pct_start": 2 / total}

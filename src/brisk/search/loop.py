@@ -21,7 +21,7 @@ from brisk.errors import BriskError
 from brisk.search import results, space, trials
 from brisk.search import storage as storages
 from brisk.search import study as studies
-from brisk.search.sweep import outcome
+from brisk.search.sweep import conclude, outcome
 
 log = logging.getLogger("brisk")
 # Seconds between looks at a study whose last trials other searches are running.
@@ -68,6 +68,7 @@ def search(sweeper, arguments: list[str]) -> list[Any]:
                 failures += state == TrialState.FAIL
         if failures >= settings.max_failures:
             results.write(study, trial_space, config, url)
+            conclude(sweep_dir, exit_on_failure=False)  # the runs that finished, compared; the sweep folder
             raise BriskError(
                 f"the search stopped: {failures} trials failed (hydra.sweeper.max_failures={settings.max_failures}). "
                 f"Their errors are in {sweep_dir / 'sweep_summary.csv'}; fix the cause or raise the cap, then run the "

@@ -46,7 +46,7 @@ def write(study, trial_space, config: DictConfig, url: str) -> None:
     else:
         print(f"best trial {best.number}: {summary['metric']}={best.value:.6g}. Its overrides:", flush=True)
         print(summary["best"]["overrides"], flush=True)
-    print(sweep_dir, flush=True)  # the last line, as for a run: scripts read the sweep directory from here
+    # The sweep directory is printed last by the sweep's end (brisk.search.sweep.conclude), after the comparison.
 
 
 def importances(study) -> dict[str, float]:
@@ -96,6 +96,7 @@ def plot(study, trials, path: Path, metric: str) -> None:
     history.xaxis.get_major_locator().set_params(integer=True)
     history.set_xlabel(f"trial (red lines: {len(failed)} failed)")
     history.set_ylabel(metric)
+    history.set_title(f"{metric} by trial", fontsize=9)
     if history.get_legend_handles_labels()[0]:
         history.legend(fontsize=8)
     values = importances(study)
@@ -104,6 +105,8 @@ def plot(study, trials, path: Path, metric: str) -> None:
         bars.barh(range(len(names)), [values[n] for n in names], color="#2a7")
         bars.set_yticks(range(len(names)), names, fontsize=8)
         bars.set_xlabel("importance")
+        bars.set_ylabel("parameter")
+        bars.set_title("parameter importance", fontsize=9)
     else:
         bars.text(0.5, 0.5, "importances need more\ncompleted trials", ha="center", va="center")
         bars.set_axis_off()

@@ -1,9 +1,10 @@
-"""sweep_summary.csv: one row per job of a multirun, whatever happened to it.
+"""sweep_summary.csv: one row per job of a multirun, whatever happened to it; and the end of every sweep.
 
-Hydra's basic sweeper runs every job of a batch even when one fails, then re-raises the first
-failure, so the sweep exits non-zero. This callback records each job as it ends, so the table is
-complete (and readable mid-sweep) even then, and redraws sweep_plot.png: the optimized metric
-against each parameter that differs between jobs.
+Each job is recorded as it ends, so the table is complete (and readable mid-sweep) even when jobs fail, and
+sweep_plot.png (the optimized metric against each parameter that differs between jobs) is redrawn. When the
+sweep ends (Hydra's on_multirun_end), the runs' comparison is written (brisk.search.comparison) and the sweep
+folder is the last line printed. brisk's grid sweeper (brisk.search.grid) runs every job even when one fails;
+such a sweep then ends with one line naming the failed jobs, and exit status 1.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import csv
 import fcntl
 import io
+import logging
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +24,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from brisk import compat
-from brisk.search import sweep_plot
+from brisk.errors import BriskError
+from brisk.search import comparison, sweep_plot
+from brisk.search.report import SWEEPER
 from brisk.utils.files import write_text
 from brisk.utils.ranks import first_process
+from brisk.utils.tables import csv_text
 
+log = logging.getLogger("brisk")
 FIELDS = ["job", "status", "metric", "value", "run_dir", "overrides", "error"]
 
 
@@ -45,6 +52,10 @@ class SweepSummary(Callback):
         if config.hydra.mode != RunMode.MULTIRUN or not first_process():
             return
         status, value, error = outcome(job_return)
+        if status == "failed" and not isinstance(compat.job_error(job_return), BriskError):
+            # A bug: its traceback is the report (a BriskError has printed its one line already). Hydra keeps the
+            # exception in the JobReturn without printing it.
+            traceback.print_exception(compat.job_error(job_return), file=sys.stderr)
         row = {
             "job": config.hydra.job.num,
             "status": status,
@@ -56,6 +67,43 @@ class SweepSummary(Callback):
         }
         append(Path(config.hydra.sweep.dir) / "sweep_summary.csv", row)
 
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if first_process():
+            conclude(Path(config.hydra.sweep.dir), exit_on_failure=not _searched(config))
+
+
+def conclude(sweep_dir: Path, exit_on_failure: bool = True) -> None:
+    """The end of a sweep: its runs' comparison, the sweep folder printed last; then, if jobs failed, one line on
+    stderr naming them and their folders, and exit status 1. Hydra turns what a callback raises into a warning, so
+    this prints and exits itself."""
+    try:
+        comparison.publish(sweep_dir)
+    except BriskError as e:  # no job finished: nothing to compare
+        print(f"brisk: no comparison: {e}", file=sys.stderr, flush=True)
+        print(sweep_dir, flush=True)
+    table = sweep_dir / "sweep_summary.csv"
+    rows = list(csv.DictReader(io.StringIO(table.read_text()))) if table.is_file() else []
+    failed = [r for r in rows if r["status"] == "failed"]
+    if failed and exit_on_failure:
+        jobs = ", ".join(f"job {r['job']} ({_folder(r['run_dir'])})" for r in failed)
+        print(
+            f"brisk: error: {len(failed)} of {len(rows)} sweep jobs failed: {jobs}. Their errors are in {table}.",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(1)
+
+
+def _searched(config: DictConfig) -> bool:
+    """Whether the sweep was brisk's Optuna search, where failed trials are part of searching: it goes on, and
+    stops at hydra.sweeper.max_failures with its own error."""
+    return config.hydra.sweeper.get("_target_") == SWEEPER
+
+
+def _folder(run_dir: str) -> str:
+    # A job refused before it trained leaves no folder behind (brisk.run.rundir).
+    return run_dir if Path(run_dir).is_dir() else f"{run_dir}: not kept, refused before training"
+
 
 def append(path: Path, row: dict[str, Any]) -> None:
     """Add a row to the table. Jobs of one sweep may end at the same moment in different processes (joblib,
@@ -63,10 +111,6 @@ def append(path: Path, row: dict[str, Any]) -> None:
     with open(path.with_name(f".{path.name}.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         rows = list(csv.DictReader(io.StringIO(path.read_text()))) if path.is_file() else []
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows([*rows, row])
-        write_text(path, buf.getvalue())  # rewritten whole: never a half-written table
-        # Redrawn after every job, not at the end: a sweep with a failed job never reaches on_multirun_end.
+        write_text(path, csv_text([*rows, row], FIELDS))  # rewritten whole: never a half-written table
+        # Redrawn after every job, not at the end: the table and plot can be read while the sweep runs.
         sweep_plot.write([*rows, row], path.with_name("sweep_plot.png"))

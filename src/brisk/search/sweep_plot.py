@@ -18,11 +18,17 @@ log = logging.getLogger("brisk")
 
 def swept(rows: list[dict]) -> dict[str, list[str]]:
     """key -> the value in each row, for the keys whose value is not the same in every row."""
-    parsed = [dict(o.partition("=")[::2] for o in shlex.split(r["overrides"]) if "=" in o) for r in rows]
+    return varying([shlex.split(r["overrides"]) for r in rows])
+
+
+def varying(overrides: list[list[str]]) -> dict[str, list[str]]:
+    """key -> its value in each run's overrides (`key=value`, "" where a run has none), for the keys whose value is
+    not the same in every run; a single run: all its keys. A `+` or `++` before a key is left out."""
+    parsed = [dict(o.lstrip("+").partition("=")[::2] for o in given if "=" in o) for given in overrides]
     keys = list(dict.fromkeys(k for p in parsed for k in p))
     values = {k: [p.get(k, "") for p in parsed] for k in keys}
-    varying = {k: v for k, v in values.items() if len(set(v)) > 1}
-    return varying or values  # a single job: plot against whatever it was given
+    differ = {k: v for k, v in values.items() if len(set(v)) > 1}
+    return differ or values  # a single job: plot against whatever it was given
 
 
 def _numbers(values: list[str]) -> list[float] | None:

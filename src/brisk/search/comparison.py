@@ -1,0 +1,163 @@
+"""comparison.csv, comparison.md and comparison.png: every run below a folder side by side (brisk-compare, and
+every sweep at its end).
+
+A run is a folder with a summary.json. Its columns are the overrides that differ between the runs (from its
+.hydra/overrides.yaml), then the main metrics, then (CSV only) every other number of summary.json, flattened:
+`metrics.test/acc` reads `test/acc`, `precision.effective` stays as it is, lists are left out. Summaries are read
+as data, whatever keys they have; a damaged one is skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from brisk.errors import BriskError, first_line
+from brisk.search.sweep_plot import varying
+from brisk.utils.files import published, write_text
+from brisk.utils.tables import csv_text, markdown
+
+log = logging.getLogger("brisk")
+NAMES = ("comparison.csv", "comparison.md", "comparison.png")
+# The Markdown table's metrics, where the runs have them, in this order; the first accuracy found is plotted.
+MAIN = ["test/acc", "val/acc_best", "test/loss", "fit_seconds", "images_per_sec", "epochs", "params", "flops_per_image"]
+ACCURACY = ("test/acc", "val/acc_best", "val/acc")
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """Numbers and strings at any depth of a summary, keyed by their dotted path; lists (class names, confusion
+    matrices) are left out, and so is the `metrics.` before the logged metrics' own names."""
+    out: dict[str, Any] = {}
+    if isinstance(node, dict):
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            out.update(flatten(value, "" if name == "metrics" else f"{name}."))
+    elif isinstance(node, int | float | str) and not isinstance(node, bool):
+        out[prefix[:-1]] = node
+    return out
+
+
+def _natural(path: Path) -> list:
+    """Sort key: job 10 after job 9."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+
+
+def _overrides(run_dir: Path, summary: dict) -> list[str]:
+    """The run's command-line overrides: .hydra/overrides.yaml, or summary.json's copy where that is missing."""
+    saved = run_dir / ".hydra" / "overrides.yaml"
+    if saved.is_file():
+        try:
+            given = yaml.safe_load(saved.read_text())
+            if isinstance(given, list):
+                return [str(o) for o in given]
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            log.warning("%s: not readable (%s); using summary.json's overrides", saved, first_line(e))
+    given = summary.get("overrides")
+    return [str(o) for o in given] if isinstance(given, list) else []
+
+
+def gather(folder: Path) -> list[dict[str, Any]]:
+    """One row per readable summary.json below `folder`: `run` (its folder, relative), `overrides`, and its
+    flattened numbers."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BriskError(f"{folder}: no such folder. Give the folder that holds the runs, e.g. logs/train/runs.")
+    rows = []
+    for path in sorted(folder.rglob("summary.json"), key=_natural):
+        try:
+            summary = json.loads(path.read_text())
+            if not isinstance(summary, dict):
+                raise ValueError(f"a JSON {type(summary).__name__}, not an object")
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            log.warning("%s: skipped, not a readable summary (%s)", path, first_line(e))
+            continue
+        run = path.parent.relative_to(folder).as_posix()
+        name = run if run != "." else path.parent.name  # the folder is itself a run
+        rows.append({**flatten(summary), "run": name, "overrides": _overrides(path.parent, summary)})
+    if not rows:
+        raise BriskError(
+            f"{folder}: no readable summary.json below it, so there is nothing to compare. Give a folder of finished "
+            "runs (each run writes summary.json at its end), e.g. logs/train/multiruns/<sweep> or logs/train/runs."
+        )
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str], list[str], list[str]]:
+    """(the rows with a column per differing override, those overrides, the Markdown table's columns, the CSV's)."""
+    swept = varying([r["overrides"] for r in rows])
+    rows = [{**r, **{k: v[i] for k, v in swept.items()}} for i, r in enumerate(rows)]
+    main = [m for m in MAIN if any(m in r for r in rows)]
+    shown = ["run", *swept, *main]
+    rest = sorted({k for r in rows for k in r} - {*shown, "overrides", "run_dir", "ckpt_path", "last_ckpt_path"})
+    return rows, list(swept), shown, [*shown, *rest]
+
+
+def write(folder: Path) -> list[Path]:
+    """Write the three files into `folder`; returns their paths (the plot's only if it was drawn)."""
+    folder = Path(folder)
+    rows, swept, shown, fields = table(gather(folder))
+    csv_path, md_path, png_path = (folder / n for n in NAMES)
+    numeric = [f for f in shown if all(isinstance(r.get(f), int | float) for r in rows if f in r)]
+    try:
+        write_text(csv_path, csv_text(rows, fields))
+        runs = f"{len(rows)} run{'s' if len(rows) > 1 else ''}"
+        head = f"# {runs} in {folder}\n\nEvery number of each summary.json: {csv_path.name}.\n\n"
+        write_text(md_path, head + markdown(rows, shown, numeric))
+    except OSError as e:
+        raise BriskError(
+            f"{folder}: cannot write the comparison there ({e.strerror}). Give a folder you can write to."
+        ) from None
+    return [csv_path, md_path, *([png_path] if plot(rows, swept, png_path) else [])]
+
+
+def plot(rows: list[dict[str, Any]], swept: list[str], path: Path) -> bool:
+    """Each run's accuracy as a bar, beside accuracy against fit time. False (with a log line) if nothing to draw."""
+    metric = next((m for m in ACCURACY if any(isinstance(r.get(m), int | float) for r in rows)), None)
+    if metric is None:
+        log.info("%s skipped: no run has %s", path.name, " or ".join(ACCURACY))
+        return False
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        log.info("%s skipped: matplotlib is not installed (pip install -e '.[plots]')", path.name)
+        return False
+    drawn = [r for r in rows if isinstance(r.get(metric), int | float) and math.isfinite(r[metric])]
+    labels = [" ".join([r["run"], *(f"{k}={r[k]}" for k in swept if r.get(k) != "")]) for r in drawn]
+    fig = Figure(figsize=(11, 1.2 + 0.35 * len(drawn)), layout="constrained")
+    bars, timed = fig.subplots(1, 2, width_ratios=[3, 2])
+    bars.barh(range(len(drawn)), [r[metric] for r in drawn], color="#2a7")
+    bars.set_yticks(range(len(drawn)), [label[:70] for label in labels], fontsize=7)
+    bars.invert_yaxis()  # the first run on top, as in the table
+    bars.set_xlabel(metric)
+    bars.set_title(f"{metric} per run", fontsize=9)
+    times = [(r["fit_seconds"], r[metric], r["run"]) for r in drawn if isinstance(r.get("fit_seconds"), int | float)]
+    if times:
+        timed.scatter([t for t, _, _ in times], [v for _, v, _ in times], color="#36c")
+        for t, v, run in times:
+            timed.annotate(run[:20], (t, v), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        timed.set_xlabel("fit seconds")
+        timed.set_ylabel(metric)
+        timed.set_title(f"{metric} against training time", fontsize=9)
+    else:
+        timed.set_axis_off()
+    fig.suptitle(f"{len(drawn)} run{'s' if len(drawn) > 1 else ''} in {path.parent.name}", fontsize=10)
+    try:
+        with published(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+    except OSError as e:
+        log.warning("could not write %s: %s", path, e)
+        return False
+    return True
+
+
+def publish(folder: Path) -> None:
+    """Write the comparison and print where, with the folder as the last line (brisk-compare, a sweep's end)."""
+    for path in write(folder):
+        print(path, flush=True)
+    print(Path(folder), flush=True)
