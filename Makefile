@@ -13,7 +13,7 @@ $(BIN)/brisk-train: pyproject.toml
 	@touch $@
 
 $(VENV)/.dev: $(BIN)/brisk-train
-	$(BIN)/pip install -q -e '.[dev,plots,export,search]'
+	$(BIN)/pip install -q -e '.[dev,plots,export,search,timm,loggers]'
 	@touch $@
 
 train: $(BIN)/brisk-train  ## train on CIFAR-10 (downloads it once into data/)

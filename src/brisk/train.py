@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from brisk.checkpoints.paths import checkpoint_to_test
 from brisk.cli import entry_point
-from brisk.run import checks, launch, precision, preflight, resume, rundir
+from brisk.run import checks, launch, loggers, precision, preflight, resume, rundir
 from brisk.run import summary as run_summary
 from brisk.run.builder import always_on, build_datamodule, build_model, make_trainer
 from brisk.utils.ranks import first_process
@@ -54,6 +54,7 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
     if trainer.is_global_zero:
         summary = run_summary.of_training(cfg, trainer, datamodule, model, metrics, fit_seconds, tested, last)
         run_summary.write(run_dir / "summary.json", summary)
+        loggers.finish(trainer)  # wandb prints its closing lines now, before the run directory
         print(run_dir, flush=True)  # the last line: scripts read the run directory from here
     return metrics.get(cfg.optimized_metric) if cfg.get("optimized_metric") else None
 
@@ -64,6 +65,11 @@ def main(cfg: DictConfig, run: rundir.Run) -> float | None:
         from brisk.run.tune import tune
 
         return tune(cfg)
+    if cfg.get("show"):  # +show=augment: a grid of training images before and after augmentation
+        from brisk.run.show import show
+
+        show(cfg)
+        return None
     return train(cfg, run)
 
 

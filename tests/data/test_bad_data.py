@@ -121,6 +121,8 @@ class _Archive(BaseHTTPRequestHandler):
         pass
 
 
+# Two runs in processes of their own (~18 s); damaged archives and sets stay in the default suite.
+@pytest.mark.slow
 def test_interrupted_download_leaves_nothing(good_set, tmp_path, brisk_root):
     archive = tmp_path / "cifar-10-python.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
-import sys
 from pathlib import Path
 
 import lightning as L
@@ -18,11 +18,10 @@ import torch
 from hydra.utils import get_class
 from PIL import Image
 
-from brisk import train
 from brisk.callbacks import RankSeed
 from brisk.data import augment as aug
 from brisk.run.builder import build_datamodule, build_model
-from helpers import compose_cfg, main_in_process
+from helpers import compose_cfg, main_in_process, run_cli, run_dir_of
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_RUN = [
@@ -155,43 +154,29 @@ def test_ddp_trains_on_an_image_folder(tmp_path, brisk_root):
     assert len(list((tmp_path / "images" / ".brisk-cache").iterdir())) == 1
 
 
-TINY_NET = """
-from torch import nn
+def test_adding_a_net_as_the_readme_says(tmp_path):
+    """README's "Add a net", step by step in a copy of the project: its Python example as
+    src/brisk/models/nets/tiny_net.py, its YAML with the names filled in as conf/model/tiny_net.yaml, then
+    `brisk-train model=tiny_net`: the net trains, with as many outputs as the data has classes."""
+    from project_copy import copy_project
 
-
-class TinyNet(nn.Module):
-    def __init__(self, num_classes: int, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(8, num_classes))
-
-    def forward(self, x):
-        return self.head(self.body(x))
-"""
-
-
-def test_adding_a_net_as_the_readme_says(tmp_path, monkeypatch):
-    """README's "Add a net": one module in brisk.models.nets and the YAML it shows, word for word with the names
-    filled in; `model=<name>` trains it, with as many outputs as the data has classes."""
-    import brisk.models.nets
-
-    nets = tmp_path / "nets"
-    nets.mkdir()
-    (nets / "tiny_net.py").write_text(TINY_NET)
-    monkeypatch.setattr(brisk.models.nets, "__path__", [*brisk.models.nets.__path__, str(nets)])
     readme = (ROOT / "README.md").read_text().split("**Add a net**", 1)[1]
+    net = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
     block = re.search(r"```yaml\n(.*?)```", readme, re.S).group(1)
-    assert "brisk.models.nets.<module>.<YourNet>" in block
-    conf = tmp_path / "conf"
-    (conf / "model").mkdir(parents=True)
-    (conf / "model" / "tiny_net.yaml").write_text(block.replace("<module>", "tiny_net").replace("<YourNet>", "TinyNet"))
-    monkeypatch.setenv("BRISK_ROOT", str(tmp_path))
-    args = [f"hydra.searchpath=[file://{conf}]", "model=tiny_net", "model.net.dropout=0.2"]
+    assert "brisk.models.nets.<module>.<YourNet>" in block and "class TinyNet(nn.Module)" in net
+    project = copy_project(tmp_path / "project")
+    (project / "src" / "brisk" / "models" / "nets" / "tiny_net.py").write_text(net)
+    (project / "conf" / "model" / "tiny_net.yaml").write_text(
+        block.replace("<module>", "tiny_net").replace("<YourNet>", "TinyNet")
+    )
     data = ["data=synthetic", "data.synthetic.n_train=200", "data.synthetic.n_test=100", "data.val_size=100"]
     tiny = [*data, "data.batch_size=100", *(a for a in TINY_RUN if not a.startswith("model.net."))]
-    monkeypatch.setattr(sys, "argv", ["brisk-train", *tiny, *args, f"hydra.run.dir={tmp_path / 'run'}"])
-    train.main()
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    env = {**os.environ, "PYTHONPATH": str(project / "src")}  # the copy's brisk, as its editable install would be
+    proc = run_cli("train", [*tiny, "model=tiny_net", "model.net.dropout=0.2"], project, env=env)
+    run_dir = run_dir_of(proc)
+    assert run_dir.is_relative_to(project)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["hyper_parameters"]["net"]["_target_"] == "brisk.models.nets.tiny_net.TinyNet"
+    assert ckpt["hyper_parameters"]["net"]["dropout"] == 0.2
     assert ckpt["state_dict"]["net.head.1.weight"].shape == (len(summary["class_names"]), 8)

@@ -95,7 +95,9 @@ class SigintInSetup(SyntheticDataModule):
 def test_ctrl_c_while_fit_sets_up_the_data_is_interrupted_130(project):
     run_dir = project / "run"
     args = [*BASE, "data._target_=test_hostile_errors.SigintInSetup", f"hydra.run.dir={run_dir}"]
-    proc = run_cli("train", args, project, check=False, env=env_with_tests(), timeout=120)
+    env = env_with_tests()
+    env["PYTHONPATH"] += os.pathsep + str(Path(__file__).parent)  # this module, for its SigintInSetup
+    proc = run_cli("train", args, project, check=False, env=env, timeout=120)
     assert proc.returncode == 128 + signal.SIGINT, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert "Detected KeyboardInterrupt" in proc.stdout + proc.stderr, "the signal did not arrive inside Trainer.fit"

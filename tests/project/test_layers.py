@@ -15,7 +15,7 @@ import pytest
 import brisk
 
 SRC = Path(brisk.__file__).parent
-ENTRY_POINTS = {"train", "evaluate", "predict", "export"}
+ENTRY_POINTS = {"train", "evaluate", "predict", "export", "compare"}
 # Top to bottom. A part is a top-level module or package of brisk; `brisk` itself is its __init__.
 LAYERS = [
     {*ENTRY_POINTS, "cli"},

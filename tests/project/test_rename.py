@@ -35,7 +35,7 @@ def pristine(tmp_path_factory) -> Path:
         (OLD, "already called"),
         ("torch", "installed module"),  # import torch would find the real one
         ("json", "installed module"),
-        ("data", "already appears in"),  # a later rename could not tell the two apart
+        ("trainer", "already appears in"),  # a later rename could not tell the two apart
     ],
 )
 def test_refuses_bad_names_in_one_line_and_changes_nothing(name, says, pristine, capsys):

@@ -38,6 +38,7 @@ GROUPS = [
 ]
 OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((Path(CONFIG_PATH) / g).glob("*.yaml"))]
 NEEDS = {("logger", "wandb"): "wandb", ("logger", "mlflow"): "mlflow", ("logger", "tensorboard"): "tensorboard"}
+NEEDS |= {("model", "timm"): "timm", ("experiment", "finetune"): "timm"}
 NEEDS_CUDA = {("strategy", "fsdp"), ("strategy", "deepspeed"), ("trainer", "gpu")}
 
 
@@ -62,10 +63,14 @@ def test_option_composes_and_instantiates(group, option, brisk_root):
         "data": ("data=", "data.synthetic"),
         "model": ("model.net",),
         "trainer": ("trainer.accelerator", "trainer.devices"),
+        "experiment": ("model.net",),  # a recipe may choose another net
     }.get(group, ())
     overrides = [o for o in TINY if not o.startswith(own)] if own else TINY
     if (group, option) == ("data", "image_folder"):
         overrides = [*overrides, f"data.root={image_folder(brisk_root / 'images')}"]
+    if (group, option) == ("experiment", "finetune"):  # its own data, an image folder; no weights here (offline)
+        overrides = [o for o in overrides if not o.startswith("data")]
+        overrides += [f"data.root={image_folder(brisk_root / 'images')}", "model.net.pretrained=false"]
     cfg = compose_cfg([*overrides, f"{group}={option}"], brisk_root)
     datamodule = build_datamodule(cfg)
     assert datamodule.hparams.batch_size > 0
@@ -167,10 +172,14 @@ def test_yaml_copies_of_a_default_stay_that_default(file, target, keys):
 
 
 def test_callback_options_are_built_from_one_file_per_callback(tmp_path):
-    """conf/callbacks/each/ holds each callback once; default lists them all, fast the last checkpoint alone."""
-    default, fast = (compose_cfg([f"callbacks={option}"], tmp_path) for option in ("default", "fast"))
+    """conf/callbacks/each/ holds each callback once; default lists them all but early stopping, which
+    callbacks=early_stopping adds; fast holds the last checkpoint alone."""
+    default, fast, early = (
+        compose_cfg([f"callbacks={option}"], tmp_path) for option in ("default", "fast", "early_stopping")
+    )
     each = {p.stem for p in (Path(CONFIG_PATH) / "callbacks" / "each").glob("*.yaml")}
-    assert set(default.callbacks) == each
+    assert set(default.callbacks) == each - {"early_stopping"}
+    assert set(early.callbacks) == each and early.callbacks.early_stopping.monitor == "val/acc"
     assert set(fast.callbacks) == {"last_checkpoint"}
     assert fast.callbacks.last_checkpoint == default.callbacks.last_checkpoint
     assert fast.trainer.enable_progress_bar is False

@@ -63,6 +63,9 @@ def test_ddp_sweep_under_joblib_with_two_workers(project):
     assert {r["overrides"].split()[-1] for r in rows} == {"optimizer.lr=0.01", "optimizer.lr=0.02"}
 
 
+# ~30 s of processes; a DDP sweep under Hydra's own launcher stays in the default suite
+# (tests/run/test_distributed.py::test_sweep_runs_each_job_once_with_its_ranks).
+@pytest.mark.slow
 def test_ddp_sweep_under_submitit_local(project):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     run_cli("train", ["-m", "hydra/launcher=submitit_local", *SWEEP], project, timeout=400)

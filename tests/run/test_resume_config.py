@@ -3,6 +3,7 @@ continue is refused in one line; a finished run is left exactly as it was. Short
 
 from __future__ import annotations
 
+import logging
 import math
 import shutil
 from pathlib import Path
@@ -132,16 +133,26 @@ def test_resuming_a_finished_run_leaves_it_as_it_was(finished_run, brisk_root, c
     assert not (finished_run / "csv" / "version_1").exists()
 
 
-def test_onecycle_with_a_one_step_warmup_is_refused():
-    # 4 optimizer steps x pct_start 0.25: torch's OneCycleLR divides by zero (e.g. 2 ranks, accumulation 4,
-    # 2,000 images at batch 100).
+def test_onecycle_warms_up_over_two_steps_where_pct_start_gives_one(caplog):
+    # 4 optimizer steps x pct_start 0.25 (e.g. 2 ranks, accumulation 4, 2,000 images at batch 100): torch's
+    # OneCycleLR divides by zero at a warm-up of one step, so the run warms up over two.
     config = OmegaConf.load(Path(__file__).parents[2] / "conf" / "scheduler" / "onecycle.yaml")
     config.max_lr = 0.1  # ${optimizer.lr} in a composed config
     config = plain(config)
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
-    with pytest.raises(BriskError, match=r"scheduler.pct_start=0.25 x 4 optimizer steps"):
-        schedules.build(config, optimizer, lambda interval: 4)
-    schedules.build(config, optimizer, lambda interval: 5)  # not refused more than needed
+    with caplog.at_level(logging.INFO, logger="brisk"):
+        scheduler, _ = schedules.build(config, optimizer, lambda interval: 4)
+    lrs = []
+    for _ in range(4):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs[1] == pytest.approx(0.1) and lrs[0] < lrs[1] and lrs[1] > lrs[2] > lrs[3] >= 0  # the peak at step 1
+    assert "warming up over 2 steps instead (pct_start=0.5)" in caplog.text
+    # A 2-step run has no step left to anneal after a 2-step warm-up: an explicit pct_start=0.5 is refused.
+    with pytest.raises(BriskError, match=r"scheduler.pct_start=0.5 x 2 optimizer steps"):
+        schedules.build({**config, "pct_start": 0.5}, optimizer, lambda interval: 2)
+    schedules.build(config, optimizer, lambda interval: 5)  # not changed more than needed
 
 
 @pytest.mark.parametrize("total", [1, 2, 3, 4])

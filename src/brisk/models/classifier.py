@@ -10,10 +10,12 @@ import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
 from torchmetrics import MaxMetric
-from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+from torchmetrics.classification import MulticlassAccuracy
 
 from brisk import compat
 from brisk.errors import BriskError
+from brisk.models import losses, param_groups
+from brisk.models.metrics import ClassMetrics
 from brisk.models.sparsity import fold_masks
 from brisk.optim import schedules
 from brisk.utils.config import plain
@@ -81,19 +83,26 @@ class ImageClassifier(L.LightningModule):
         class_names: the data's classes, label 0 first (the builder passes the DataModule's): they size the
             net's output and the metrics, and a checkpoint holds them.
         label_smoothing: as in `F.cross_entropy`.
+        class_weights: weights of the classes in the training loss: `none`, `auto` (inverse frequency in the
+            train split, mean 1, computed when fit starts) or one positive number per class (brisk.models.losses).
+            The val and test losses stay unweighted: they measure the model on the data as it is, the same
+            quantity with and without weights, so runs compare. In a buffer: on the device, and in checkpoints.
         weight_decay: applied to weights only; biases and norm parameters get none. It is set on the parameter
             groups, which override an optimizer's own `weight_decay`, so the optimizer config may not hold one.
             5e-4 with SGD at momentum 0.9, as Wide ResNet trains on CIFAR (Zagoruyko & Komodakis, 2016).
         l1: coefficient of an L1 penalty on the weights (biases and norm parameters excluded), added to the
             training loss.
         compile: compile the net (not the LightningModule, which fails on lightning 2.6.6).
+        freeze_backbone: train only the net's head (`get_classifier()`), the rest frozen, its BatchNorm included.
+        backbone_lr_mult: the backbone's lr as a multiple of the head's (brisk.models.param_groups says how).
         tta: test-time augmentation in test and predict (not in val: it would cost 2-6x on every epoch).
             `flip` averages the logits of each image and its mirror; `flip_translate` also those of 1 px
             shifts, as in airbench94's TTA (KellerJordan/cifar10-airbench).
 
     Logged: `train/loss`, the loss that is optimized (with the L1 term), per epoch and as `train/loss_step` on
     Lightning's logging steps; `train/ce`, the cross-entropy alone, per epoch when `l1` > 0 (it compares with
-    `val/loss`, which has no penalty); `train/acc`; `val/loss`, `val/acc`, `val/acc_best`; `test/loss`, `test/acc`.
+    `val/loss`, which has no penalty); `train/acc`; `val/loss`, `val/acc`, `val/acc_best`; `test/loss`, `test/acc`,
+    `test/top5_acc` (5 or more classes).
     """
 
     def __init__(
@@ -103,19 +112,27 @@ class ImageClassifier(L.LightningModule):
         class_names: list[str],
         scheduler: dict | None = None,
         label_smoothing: float = 0.0,
+        class_weights: str | list[float] | None = "none",
         weight_decay: float = 5e-4,
         l1: float = 0.0,
         compile: bool = False,
         tta: str = "none",
+        freeze_backbone: bool = False,
+        backbone_lr_mult: float = 1.0,
     ) -> None:
         super().__init__()
         if tta not in TTA:
             raise BriskError(f"model.tta={tta} is unknown. Choose one of: {', '.join(TTA)}.")
         net, optimizer, scheduler, class_names = plain(net), plain(optimizer), plain(scheduler), list(class_names)
+        class_weights = plain(class_weights)
+        weights = losses.class_weights(class_weights, len(class_names))
         check_optimizer(optimizer)
         self.save_hyperparameters()
         num_classes = len(class_names)
         self.net = instantiate(net, num_classes=num_classes)  # a net takes num_classes: the data decides it
+        param_groups.check(self.net, freeze_backbone, backbone_lr_mult)
+        if freeze_backbone:
+            param_groups.freeze_backbone(self.net)
         if compile:
             self.net.compile()  # in place: state_dict keys stay the same as without compile
         # keyed "<stage>_acc": a ModuleDict key "train" would clash with nn.Module.train
@@ -123,12 +140,15 @@ class ImageClassifier(L.LightningModule):
         self.acc = torch.nn.ModuleDict(
             {f"{s}_acc": MulticlassAccuracy(num_classes, average="micro", validate_args=False) for s in EVAL_STAGES}
         )
-        # Read by brisk.callbacks.RunPlots after test; not in checkpoints (torchmetrics states are not persistent).
-        self.test_confusion = MulticlassConfusionMatrix(num_classes, validate_args=False)
+        # Per-class results, top-5, the confusion matrix: test steps only. Not in checkpoints (torchmetrics states are
+        # not persistent). `test_report` holds them as plain numbers after a test: summary.json, eval.json, RunPlots.
+        self.test_metrics = ClassMetrics(num_classes)
+        self.test_report: dict[str, Any] = {}
         self.train_sums = EpochSums()
         self.val_acc_best = MaxMetric()
         # In the checkpoint, so a resumed run reports the best over all epochs, not only the resumed ones.
         self.val_acc_best.persistent(True)
+        self.register_buffer("class_weight", weights)  # None (no state_dict entry) for `none`
         compat.skip_empty_hooks(self)  # its six empty training hooks: ~230 Python calls a step
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -155,22 +175,37 @@ class ImageClassifier(L.LightningModule):
     def step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> torch.Tensor:
         x, y = batch
         logits = self.infer(x) if stage == "test" else self(x)
-        ce = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
         if stage == "train":
+            # y: int labels, or class probabilities after mixup/cutmix (brisk.data.mixing)
+            ce = losses.cross_entropy(logits, y, self.class_weight, self.hparams.label_smoothing)
             l1 = self.hparams.l1
             loss = ce + l1 * self.weights_l1() if l1 else ce
             # A self.log costs ~0.1-0.4 ms of Python a step (brisk-bench's overhead breakdown): the epoch means are
             # summed on the device, and the step loss goes to Lightning only on the steps after which it writes logs.
-            self.train_sums.add(loss, logits, y, ce if l1 else None)
+            # train/acc against a soft target counts the argmax of the target: its larger share of the mix.
+            labels = y.argmax(-1) if y.is_floating_point() else y
+            self.train_sums.add(loss, logits, labels, ce if l1 else None)
             if compat.logs_this_step(self.trainer):
                 self.log("train/loss_step", loss, on_step=True, on_epoch=False)
             return loss
+        ce = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
         # update, not forward: forward also computes this batch's accuracy, which nothing reads.
         self.acc[f"{stage}_acc"].update(logits, y)
         if stage == "test":
-            self.test_confusion.update(logits, y)
+            self.test_metrics.update(logits, y)
         self.log(f"{stage}/loss", ce, sync_dist=True, batch_size=len(y))
         return ce
+
+    def setup(self, stage: str) -> None:
+        # After the DataModule's setup, before a resumed checkpoint is restored (it holds the same values).
+        if stage == "fit" and self.hparams.class_weights == losses.AUTO:
+            counts = getattr(self.trainer.datamodule, "class_counts", None)
+            if counts is None:
+                raise BriskError(
+                    "model.class_weights=auto counts the train split of a brisk DataModule: fit with "
+                    "datamodule=<a TensorDataModule>, or give the weights as a list."
+                )
+            self.class_weight.copy_(losses.inverse_frequency(counts()))
 
     def weights_l1(self) -> torch.Tensor:
         """sum |w| over the net's weights (the parameters of 2 or more dimensions): what `l1` penalises."""
@@ -203,6 +238,9 @@ class ImageClassifier(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self.log_epoch("test")
+        for name, metric in self.test_metrics.scalars().items():
+            self.log(f"test/{name}", metric)
+        self.test_report = self.test_metrics.report(self.hparams.class_names)  # on every rank: compute gathers
 
     def on_validation_epoch_end(self) -> None:
         self.log_epoch("val")
@@ -228,13 +266,9 @@ class ImageClassifier(L.LightningModule):
             return False
 
     def configure_optimizers(self):
-        decay = [p for p in self.net.parameters() if p.requires_grad and p.ndim > 1]
-        no_decay = [p for p in self.net.parameters() if p.requires_grad and p.ndim <= 1]
-        groups = [
-            {"params": decay, "weight_decay": self.hparams.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
+        groups = param_groups.groups(self.net, self.hparams.weight_decay, self.hparams.backbone_lr_mult)
         optimizer = instantiate(self.hparams.optimizer)(groups)
+        param_groups.scale_lrs(optimizer)
         if not self.hparams.scheduler:
             return optimizer
         trainer = self.trainer
@@ -243,4 +277,5 @@ class ImageClassifier(L.LightningModule):
             optimizer,
             lambda interval: trainer.estimated_stepping_batches if interval == "step" else trainer.max_epochs,
         )
+        param_groups.scale_scheduled(optimizer)  # OneCycleLR sets one max_lr for every group
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}
