@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import re
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -139,7 +139,7 @@ def test_ranks_draw_their_own_augmentations_and_data_code_leaves_the_rng_alone(t
 @pytest.mark.slow
 def test_ddp_trains_on_an_image_folder(tmp_path, brisk_root):
     """Two gloo ranks: rank 0 decodes the cache in prepare_data, both map it, their shards cover the split."""
-    from helpers import read_summary, run_cli, run_dir_of
+    from helpers import read_summary
 
     for c, name in enumerate(["x", "y"]):
         for i in range(20):
@@ -154,27 +154,28 @@ def test_ddp_trains_on_an_image_folder(tmp_path, brisk_root):
     assert len(list((tmp_path / "images" / ".brisk-cache").iterdir())) == 1
 
 
-def test_adding_a_net_as_the_readme_says(tmp_path):
-    """README's "Add a net", step by step in a copy of the project: its Python example as
-    src/brisk/models/nets/tiny_net.py, its YAML with the names filled in as conf/model/tiny_net.yaml, then
-    `brisk-train model=tiny_net`: the net trains, with as many outputs as the data has classes."""
-    from project_copy import copy_project
+def test_adding_a_net_as_the_readme_says(tmp_path, monkeypatch):
+    """README's "Add a net", word for word with the names filled in: its Python example as the module
+    brisk.models.nets.tiny_net, its YAML as conf/model/tiny_net.yaml (on Hydra's search path, in this process),
+    then `brisk-train model=tiny_net`: the net trains, with as many outputs as the data has classes."""
+    import brisk.models.nets
 
     readme = (ROOT / "README.md").read_text().split("**Add a net**", 1)[1]
     net = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
     block = re.search(r"```yaml\n(.*?)```", readme, re.S).group(1)
     assert "brisk.models.nets.<module>.<YourNet>" in block and "class TinyNet(nn.Module)" in net
-    project = copy_project(tmp_path / "project")
-    (project / "src" / "brisk" / "models" / "nets" / "tiny_net.py").write_text(net)
-    (project / "conf" / "model" / "tiny_net.yaml").write_text(
-        block.replace("<module>", "tiny_net").replace("<YourNet>", "TinyNet")
-    )
+    (tmp_path / "nets").mkdir()
+    (tmp_path / "nets" / "tiny_net.py").write_text(net)
+    monkeypatch.setattr(brisk.models.nets, "__path__", [*brisk.models.nets.__path__, str(tmp_path / "nets")])
+    monkeypatch.delitem(sys.modules, "brisk.models.nets.tiny_net", raising=False)
+    conf = tmp_path / "conf"
+    (conf / "model").mkdir(parents=True)
+    (conf / "model" / "tiny_net.yaml").write_text(block.replace("<module>", "tiny_net").replace("<YourNet>", "TinyNet"))
     data = ["data=synthetic", "data.synthetic.n_train=200", "data.synthetic.n_test=100", "data.val_size=100"]
     tiny = [*data, "data.batch_size=100", *(a for a in TINY_RUN if not a.startswith("model.net."))]
-    env = {**os.environ, "PYTHONPATH": str(project / "src")}  # the copy's brisk, as its editable install would be
-    proc = run_cli("train", [*tiny, "model=tiny_net", "model.net.dropout=0.2"], project, env=env)
-    run_dir = run_dir_of(proc)
-    assert run_dir.is_relative_to(project)
+    args = [f"hydra.searchpath=[file://{conf}]", "model=tiny_net", "model.net.dropout=0.2"]
+    run_dir = tmp_path / "run"
+    assert main_in_process("train", [*tiny, *args, f"hydra.run.dir={run_dir}"], tmp_path) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["hyper_parameters"]["net"]["_target_"] == "brisk.models.nets.tiny_net.TinyNet"
