@@ -1,10 +1,11 @@
 """What each training augmentation costs: one uint8 batch through the DataModule's `prepare_batch` (augment, then
-normalize), timed for each `augment=` option on the training device, with torch's threads as the lab has them.
+normalize) and, for mixup and cutmix, its `mixer` (the images and their labels), as a training batch goes through
+`on_after_batch_transfer`; timed for each `augment=` option on the training device, with torch's threads as the
+lab has them.
 
 The images are random bytes of the data's image size: crop, flip, a warp or a colour op cost the same whatever
 the pixels hold. `none` is normalization alone, so a row minus `none` is its augmentation's cost, and a row minus
-`standard` what it adds to the default crop and flip. Mixup and cutmix run after this step, on the labels too,
-so they have no row here.
+`standard` what it adds to the default crop and flip.
 """
 
 from __future__ import annotations
@@ -31,12 +32,15 @@ def compare(cfgs: dict[str, DictConfig], repeats: int, rounds: int) -> dict:
     side = datamodule.image_size
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (batch_size, 3, side, side), dtype=torch.uint8, generator=g).to(device)
+    y = torch.randint(0, datamodule.num_classes, (batch_size,), generator=g).to(device)
 
     def timed(datamodule) -> float:
         sync(device)
         start = time.perf_counter()
         for _ in range(repeats):
-            datamodule.prepare_batch(x, train=True)
+            batch = datamodule.prepare_batch(x, train=True)
+            if datamodule.mixer is not None:  # mixup, cutmix: after normalization, with the labels
+                datamodule.mixer(batch, y)
         sync(device)
         return (time.perf_counter() - start) / repeats * 1e3
 

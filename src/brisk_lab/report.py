@@ -35,7 +35,8 @@ def pipeline(p: dict[str, Any]) -> str:
 def augment(a: dict[str, Any]) -> str:
     head = (
         f"### Augmentation cost\n\nOne batch of {a['batch_size']} uint8 {a['image_size']}x{a['image_size']} images "
-        f"through `prepare_batch` (augment + normalize) on {a['device']}, {a['torch_threads']} torch threads; "
+        "through `prepare_batch` (augment + normalize; then mixup or cutmix, with the labels) "
+        f"on {a['device']}, {a['torch_threads']} torch threads; "
         f"ms per batch, median of {len(next(iter(a['rounds'].values())))} interleaved rounds of {a['repeats']} "
         "batches. `none` is normalization alone.\n"
     )
