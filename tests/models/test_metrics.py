@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lightning.pytorch.utilities.model_summary import get_human_readable_count
 from torch.utils.data import DataLoader, TensorDataset
 
 from brisk.models import ImageClassifier
 from brisk.models.metrics import ClassMetrics, cost
 from brisk.models.nets import SimpleCNN
-from helpers import bare_trainer
+from helpers import TINY, bare_trainer, main_in_process
 
 # 3 classes, 10 images in two batches. Confusion (rows: true, columns: predicted): [[2,1,0],[0,1,1],[1,1,3]].
 Y = [0, 0, 0, 1, 1, 2, 2, 2, 2, 2]
@@ -89,3 +90,13 @@ def test_params_and_flops_are_those_of_the_real_net(size):
     real = SimpleCNN(num_classes=10, width=8)
     assert got["params"] == sum(p.numel() for p in real.parameters())
     assert got["flops_per_image"] == layer_flops(real, size) > 0
+
+
+def test_lightning_s_printed_summary_counts_the_flops_of_one_image(brisk_root, capsys):
+    """Lightning's own summary says "Total FLOPs: 0" without an example input; brisk's counts one image."""
+    args = [*TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.limit_val_batches=1"]
+    args += ["trainer.enable_model_summary=true", "callbacks.progress_bar=null", f"hydra.run.dir={brisk_root}/sum"]
+    assert main_in_process("train", args, brisk_root) == 0
+    out = capsys.readouterr().out
+    flops = cost({"_target_": "brisk.models.nets.SimpleCNN", "width": 8}, 10, 32)["flops_per_image"]
+    assert flops > 0 and f"Total FLOPs: {get_human_readable_count(flops)}" in out, out

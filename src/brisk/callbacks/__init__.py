@@ -1,5 +1,6 @@
 from brisk.callbacks.checkpoint import LastCheckpoint, ModelCheckpoint
 from brisk.callbacks.divergence_guard import DivergenceGuard
+from brisk.callbacks.model_summary import ModelSummary
 from brisk.callbacks.progress_bar import ProgressBar
 from brisk.callbacks.pruning import Pruning
 from brisk.callbacks.rank_seed import RankSeed
@@ -13,6 +14,7 @@ __all__ = [
     "DivergenceGuard",
     "LastCheckpoint",
     "ModelCheckpoint",
+    "ModelSummary",
     "ProgressBar",
     "RankSeed",
     "Pruning",

@@ -10,7 +10,15 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from brisk import compat
-from brisk.callbacks import DivergenceGuard, RankSeed, ResumeState, SigtermCheckpoint, SpeedMeter, StartupClock
+from brisk.callbacks import (
+    DivergenceGuard,
+    ModelSummary,
+    RankSeed,
+    ResumeState,
+    SigtermCheckpoint,
+    SpeedMeter,
+    StartupClock,
+)
 from brisk.checkpoints.io import SafeCheckpointIO
 from brisk.models.build import build_model
 from brisk.run import launch
@@ -28,6 +36,8 @@ def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.T
     """The Trainer of `cfg`, with brisk's checkpoint IO and `extra_callbacks`; checks nothing, starts nothing."""
     precision = resolve(cfg.trainer.precision, str(cfg.trainer.accelerator))
     callbacks = [*_instantiate_all(cfg.get("callbacks")), *extra_callbacks]
+    if cfg.trainer.get("enable_model_summary") is not False:  # Lightning's, with the FLOPs of one image counted
+        callbacks.append(ModelSummary())
     # Checkpoints are written by temp file + rename and always read with weights_only=True.
     plugins = [SafeCheckpointIO(), *instantiate(cfg.trainer.get("plugins") or [])]
     trainer = instantiate(

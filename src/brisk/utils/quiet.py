@@ -39,6 +39,8 @@ LOG_LINES = (
     # Lightning's own line for the precision plugin: brisk.run.precision.report says which precision the run got.
     "Using 16bit Automatic Mixed Precision",
     "Using bfloat16 Automatic Mixed Precision",
+    # The Trainer has brisk's model summary (brisk.callbacks.ModelSummary, which counts FLOPs), so it adds none.
+    "Trainer already configured with model summary callbacks",
 )
 
 
