@@ -18,7 +18,7 @@ import pytest
 
 from brisk.data import cifar_files as cf
 from brisk.data import synthetic as syn
-from helpers import TINY, assert_user_error, run_cli, tree
+from helpers import TINY, assert_user_error, brisk_train, tree
 
 FOLDER = cf.FOLDER
 TRAIN = [o for o in TINY if not o.startswith("data")] + ["trainer.max_epochs=1", "callbacks.progress_bar=null"]
@@ -67,7 +67,7 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("case", DAMAGE)
-def test_damaged_set_stops_with_one_line(case, data_root, brisk_root):
+def test_damaged_set_stops_with_one_line(case, data_root, brisk_root, capsys, monkeypatch):
     damage, message = DAMAGE[case]
     folder = data_root / FOLDER
     bad = folder / (cf.META_FILE if damage is None else "data_batch_2")
@@ -76,22 +76,22 @@ def test_damaged_set_stops_with_one_line(case, data_root, brisk_root):
     else:
         damage(bad)
     before = tree(data_root)
-    proc = run_cli("train", data_args(data_root), brisk_root, check=False)
+    proc = brisk_train(data_args(data_root), brisk_root, capsys, monkeypatch)  # in this process: exit 2 and stderr
     line = assert_user_error(proc, str(bad), message)
     # the fix: what to do about the file, in words
     assert "download" in line and ("Delete" in line or "delete" in line)
     assert tree(data_root) == before, "brisk wrote into the data folder"
 
 
-def test_data_dir_not_writable(tmp_path, brisk_root):
+def test_data_dir_not_writable(tmp_path, brisk_root, capsys, monkeypatch):
     # Root ignores permissions, so the data folder is made impossible instead: a path under a regular file.
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     root = blocker / "data"
-    proc = run_cli("train", data_args(root), brisk_root, check=False)
+    proc = brisk_train(data_args(root), brisk_root, capsys, monkeypatch)  # in this process: exit 2 and stderr
     assert_user_error(proc, f"cannot write to data directory {root}", "Set data.root to a writable folder")
     synthetic = [*TRAIN, *[o for o in TINY if o.startswith("data")], f"paths.data_dir={root}"]
-    assert_user_error(run_cli("train", synthetic, brisk_root, check=False), "cannot write to data directory")
+    assert_user_error(brisk_train(synthetic, brisk_root, capsys, monkeypatch), "cannot write to data directory")
     assert blocker.read_text() == "not a folder"
 
 

@@ -13,7 +13,7 @@ from torch.overrides import TorchFunctionMode
 
 from brisk.callbacks import DivergenceGuard
 from brisk.callbacks.divergence_guard import Diverged
-from helpers import TINY, assert_user_error, bare_trainer, run_cli
+from helpers import TINY, assert_user_error, bare_trainer, brisk_train
 
 # Learning rate x e^40 from epoch 2 on: epochs 0 and 1 train normally, epoch 2 blows up (8 steps per epoch).
 EXPLODE = [
@@ -34,11 +34,11 @@ def _finite(ckpt: Path) -> tuple[int, bool]:
 
 
 @pytest.mark.parametrize("every_step", [False, True], ids=["epoch-checkpoints", "step-checkpoints"])
-def test_nan_stops_the_run_and_spares_the_checkpoints(every_step, brisk_root, tmp_path):
+def test_nan_stops_the_run_and_spares_the_checkpoints(every_step, brisk_root, tmp_path, capsys, monkeypatch):
     run_dir = tmp_path / "run"
     # With a checkpoint after every step, the first write after the blow-up would hold NaN weights.
     extra = ["callbacks.last_checkpoint.every_n_train_steps=1"] if every_step else []
-    proc = run_cli("train", [*EXPLODE, *extra, f"hydra.run.dir={run_dir}"], brisk_root, check=False)
+    proc = brisk_train([*EXPLODE, *extra, f"hydra.run.dir={run_dir}"], brisk_root, capsys, monkeypatch)
     last = run_dir / "checkpoints" / "last.ckpt"
     line = assert_user_error(proc, "training diverged", f"The last good checkpoint is {last}", "optimizer.lr")
     step = int(re.search(r"global step (\d+)", line).group(1))
