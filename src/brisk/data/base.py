@@ -69,6 +69,8 @@ class TensorDataModule(L.LightningDataModule):
         # Plain containers: checkpoints hold these and load with weights_only=True.
         self.hparams.update({k: plain(v) for k, v in self.hparams.items()})
         self.hparams.augment = self.hparams.augment or {}
+        # Split once, not per batch: the per-image augmentation's keys, and mixup's and cutmix's.
+        self.per_image_augment, self._mixing = mixing.split(self.hparams.augment)
         self.splits: dict[str, Split | None] = {}
         # Per-channel mean and std on the 0..255 scale; from the data at setup, or from a checkpoint.
         self.mean: list[float] | None = None
@@ -209,7 +211,7 @@ class TensorDataModule(L.LightningDataModule):
     def prepare_batch(self, x: torch.Tensor, train: bool) -> torch.Tensor:
         """A uint8 batch on its device -> augmented (if `train`), normalized float, in the configured layout."""
         if train:
-            x = aug.augment(x, **mixing.split(self.hparams.augment)[0])
+            x = aug.augment(x, **self.per_image_augment)
         return aug.normalize(x, self.mean, self.std, channels_last=self.hparams.channels_last)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
@@ -224,7 +226,7 @@ class TensorDataModule(L.LightningDataModule):
 
     @functools.cached_property
     def mixer(self) -> mixing.Mixer | None:
-        return mixing.mixer(self.num_classes, **mixing.split(self.hparams.augment)[1])
+        return mixing.mixer(self.num_classes, **self._mixing)
 
     def state_dict(self) -> dict:
         """In every checkpoint: the normalization the model was trained with, for eval, predict and export."""

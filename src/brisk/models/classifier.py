@@ -277,5 +277,4 @@ class ImageClassifier(L.LightningModule):
             optimizer,
             lambda interval: trainer.estimated_stepping_batches if interval == "step" else trainer.max_epochs,
         )
-        param_groups.scale_scheduled(optimizer)  # OneCycleLR sets one max_lr for every group
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}

@@ -18,9 +18,6 @@ from torch.optim import Optimizer
 
 from brisk.errors import BriskError
 
-# Set by a scheduler from its own config rather than from the group's lr (OneCycleLR's max_lr and what it derives).
-SCHEDULED = ("initial_lr", "max_lr", "min_lr")
-
 
 def head_of(net: nn.Module, key: str) -> nn.Module:
     """The net's head, or one line naming `key` (the option that needs one)."""
@@ -90,18 +87,7 @@ def groups(net: nn.Module, weight_decay: float, backbone_lr_mult: float = 1.0) -
 
 
 def scale_lrs(optimizer: Optimizer) -> None:
-    """Each group's lr times its `lr_mult`: call it after building the optimizer, before its scheduler."""
+    """Each group's lr times its `lr_mult`: call it after building the optimizer, before its scheduler (which
+    scales OneCycle's max_lr by the same, brisk.optim.schedules.build)."""
     for group in optimizer.param_groups:
         group["lr"] *= group.get("lr_mult", 1.0)
-
-
-def scale_scheduled(optimizer: Optimizer) -> None:
-    """After building the scheduler: the lrs a scheduler set from its own config (OneCycleLR sets every group's
-    max_lr to one number, and the lr from it) times each group's `lr_mult`. Schedulers that scale the group's
-    own lr (LambdaLR, StepLR) set none of these, and keep the multiplier as they are."""
-    for group in optimizer.param_groups:
-        mult = group.get("lr_mult", 1.0)
-        if mult != 1 and "max_lr" in group:
-            for key in (*SCHEDULED, "lr"):
-                if key in group:
-                    group[key] *= mult

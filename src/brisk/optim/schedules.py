@@ -62,6 +62,11 @@ def build(config: dict, optimizer: Optimizer, total_steps: Callable[[str], int])
     if "total_steps" in parameters:
         kwargs["total_steps"] = int(total_steps(interval))
         kwargs.update(_fit_horizon(make, parameters, kwargs["total_steps"], interval))
+    mults = [group.get("lr_mult", 1.0) for group in optimizer.param_groups]
+    if "max_lr" in make.keywords and any(m != 1 for m in mults):
+        # OneCycleLR sets each group's lr from max_lr, not from the group's own: one max_lr per group, scaled
+        # (a group's lr_mult, brisk.models.param_groups). Schedulers that scale the group's lr keep it as it is.
+        kwargs["max_lr"] = [float(make.keywords["max_lr"]) * m for m in mults]
     return make(optimizer, **kwargs), interval
 
 

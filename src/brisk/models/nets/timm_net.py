@@ -66,20 +66,18 @@ def cached_weights(cfg: Mapping, name: str) -> Path:
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a weights file, read as data: safetensors, or torch.load with weights_only=True."""
+    """The tensors of a weights file, read as data by timm's own reader: safetensors, or torch.load with
+    weights_only=True."""
     if not path.is_file():
         raise BriskError(
             f"model.net.weights={path}: no such file. Give the path of a state_dict file, or "
             "null (brisk-eval, -predict and -export take a trained run's weights from its checkpoint: add "
             "+model.net.weights=null to their command line)."
         )
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
+    from timm.models import load_state_dict  # safetensors, or torch.load(weights_only=True); unwraps "state_dict"
 
-            state = load_file(path, device="cpu")
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = load_state_dict(str(path), device="cpu", weights_only=True)
     except Exception as e:  # a bad file, whatever the reader raises
         why = first_line(e)
         if "weights only" in why.lower() or "weights_only" in why:  # not torch's advice to unpickle it anyway
