@@ -25,7 +25,8 @@ def _bars(ax, labels: list[str], values: list[float], colors=None) -> None:
 def pipeline(p: dict, path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    _bars(ax, ["classic (PIL)", "brisk"], [p["classic_images_per_sec"], p["brisk_images_per_sec"]], ["#999", "#2a7"])
+    rates = [p["classic_images_per_sec"], p["brisk_images_per_sec"], p["brisk_resident_images_per_sec"]]
+    _bars(ax, ["classic (PIL)", "brisk", "brisk, resident"], rates, ["#999", "#2a7", "#27a"])
     ax.set_title(f"Input pipeline, batch {p['batch_size']}: brisk {p['ratio']:.1f}x classic", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -11,6 +11,10 @@ def _n(value: float | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _x(ratio: float) -> str:
+    return f"{ratio:.1f}x"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = [
         "| " + " | ".join(header) + " |",
@@ -28,7 +32,24 @@ def pipeline(p: dict[str, Any]) -> str:
     rows = [
         [f"classic: PIL per sample, {p['workers']} DataLoader workers", _n(p["classic_images_per_sec"]), "1.0x"],
         ["brisk: uint8 tensor, batched ops", _n(p["brisk_images_per_sec"]), f"**{p['ratio']:.1f}x**"],
+        [f"brisk, data.resident on {p['device']}", _n(p["brisk_resident_images_per_sec"]), _x(p["resident_ratio"])],
     ]
+    load = p.get("loaded")
+    if load:
+        head += (
+            f"Loaded: the same again with {load['busy_processes']} busy-loop processes on the cores (load average "
+            f"{load['load_average']}); brisk runs its batch ops on one torch thread (brisk.utils.threads).\n"
+        )
+        rows += [
+            [f"loaded, classic: {p['workers']} DataLoader workers", _n(load["classic_images_per_sec"]), "1.0x"],
+            ["loaded, brisk", _n(load["brisk_images_per_sec"]), f"**{load['ratio']:.1f}x**"],
+            ["loaded, brisk, data.resident", _n(load["brisk_resident_images_per_sec"]), _x(load["resident_ratio"])],
+            [
+                f"loaded, brisk with torch's {load['default_threads']} threads for its batch ops",
+                _n(load["brisk_default_threads_images_per_sec"]),
+                f"{load['default_threads_ratio']:.1f}x",
+            ],
+        ]
     return head + "\n" + _table(["pipeline", "images/s", "vs classic"], rows)
 
 

@@ -67,7 +67,7 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
 
 def _part(part: str, planned: Any, bench: DictConfig, run_dir: Path, data: DataCache) -> dict:
     if part == "pipeline":
-        return pipeline.compare(planned, bench.pipeline.workers, bench.rounds)
+        return pipeline.compare(planned, bench.pipeline.workers, bench.rounds, bool(bench.pipeline.get("loaded")))
     if part == "augment":
         return augment_cost.compare(planned, bench.augment.repeats, bench.rounds)
     if part == "overhead":

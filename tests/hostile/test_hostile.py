@@ -159,7 +159,10 @@ CASES = {
     "label_smoothing_one": _args("model.label_smoothing=1.0", needles=("model.label_smoothing=1.0", "[0, 1)")),
     "label_smoothing_negative": _args("model.label_smoothing=-0.1", needles=("model.label_smoothing=-0.1",)),
     "crop_pad_negative": _args("data.augment.crop_pad=-4", needles=("data.augment.crop_pad=-4",)),
-    "flip_not_bool": _args("data.augment.flip=maybe", needles=("data.augment.flip='maybe'", "true or false")),
+    "flip_not_bool": _args(
+        "data.augment.flip=maybe", needles=("data.augment.flip='maybe'", "true or false", "alternate")
+    ),
+    "resident_not_bool": _args("data.resident=gpu", needles=("data.resident='gpu'", "true or false")),
     "seed_negative": _args("seed=-1", needles=("seed=-1",)),
     "seed_huge": _args("seed=99999999999999999999", needles=("seed=99999999999999999999",)),
     "batch_bool": _args("data.batch_size=true", needles=("data.batch_size=True",)),

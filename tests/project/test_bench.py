@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,35 @@ def test_normalize_matches_the_classic_totensor_normalize():
     expected = torch.stack([classic[i][0] for i in range(len(x))])
     assert torch.allclose(aug.normalize(x, mean, std), expected, atol=1e-5)
     assert torch.equal(torch.from_numpy(classic.data).permute(0, 3, 1, 2), x), "HWC, as torchvision keeps CIFAR"
+
+
+def _busy_loops() -> set[int]:
+    """The processes running pipeline.busy_cores' loop."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"while True: pass" in (proc / "cmdline").read_bytes():
+                found.add(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_pipeline_part_has_resident_and_loaded_rows_and_stops_its_busy_loops(brisk_root):
+    """In process, one round: the quiet and loaded rows, the resident one among them, the load recorded, and no
+    busy-loop process left when it returns."""
+    cfg = compose_bench([*TINY, "augment=standard"], brisk_root)
+    before = _busy_loops()
+    p = pipeline.compare(cfg, workers=0, rounds=1, loaded=True)
+    assert _busy_loops() == before
+    for side in (p, p["loaded"]):
+        assert side["brisk_resident_images_per_sec"] > 0 and side["classic_images_per_sec"] > 0
+    load = p["loaded"]
+    assert load["busy_processes"] >= 2 and load["load_average"] >= 0
+    assert load["brisk_default_threads_images_per_sec"] > 0
+    table = report.pipeline(p)
+    assert "| brisk, data.resident on cpu |" in table and "| loaded, brisk, data.resident |" in table
+    assert f"load average {load['load_average']}" in table
 
 
 def test_window_times_only_the_steps_after_the_warmup():
@@ -220,6 +250,7 @@ def test_cli_writes_json_table_and_plots(brisk_root):
     parts = result["parts"]
     assert set(parts) == {"pipeline", "overhead", "batch_size", "child"}
     p = parts["pipeline"]
+    assert p["brisk_resident_images_per_sec"] > 0 and "loaded" in p
     assert p["images"] == 1500 and p["ratio"] == pytest.approx(p["brisk_images_per_sec"] / p["classic_images_per_sec"])
     o = parts["overhead"]["simple_cnn"]
     assert o["same_loss"] and o["batch_size"] == 100 and o["plain_images_per_sec"] > 0 and "extra_ms_per_step" in o

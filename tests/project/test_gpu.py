@@ -77,3 +77,38 @@ def test_quiet_steps_do_not_sync_the_device(brisk_root):
         torch.cuda.set_sync_debug_mode("default")
     assert trainer.global_step > 0
     assert Strict.quiet_steps >= 5, "too few quiet steps checked: the test would prove nothing"
+
+
+def _host_to_device_copies(datamodule, device) -> tuple[int, int]:
+    """(batches, host-to-device copies) of one training epoch's loader through Lightning's batch transfer."""
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+    from torch.profiler import ProfilerActivity, profile
+
+    batches = 0
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for batch in datamodule.train_dataloader():
+            move_data_to_device(batch, device)
+            batches += 1
+        torch.cuda.synchronize()
+    copies = sum(e.count for e in prof.key_averages() if "HtoD" in e.key)
+    return batches, copies
+
+
+def test_resident_batches_are_not_copied_from_the_host(brisk_root):
+    """data.resident: one copy of the epoch's order, none per batch; the host path (the control) copies each."""
+    from hydra.utils import instantiate
+
+    from helpers import compose_cfg
+
+    device = torch.device("cuda", 0)
+    counts = {}
+    for on_device in (False, True):
+        datamodule = instantiate(compose_cfg([*TINY, f"data.resident={on_device}"], brisk_root).data)
+        datamodule.resident_device = device
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+        datamodule.placed("train")  # placed before the count, as fit does before its first step
+        counts[on_device] = _host_to_device_copies(datamodule, device)
+    batches, copies = counts[True]
+    assert batches >= 10 and copies <= 1, counts
+    assert counts[False][1] >= counts[False][0], counts

@@ -38,7 +38,11 @@ def single_batch_100(brisk_root):
 
 
 def test_ddp_two_ranks_of_b_equal_one_process_of_2b(brisk_root, single_batch_100):
-    ddp, s = final_weights(brisk_root, ["data.batch_size=100", "strategy=ddp", "trainer.devices=2"])
+    """The ranks hold their data resident (the whole split each, on their own device): their shards of each
+    epoch are still disjoint halves of the single process's batches, or the weights would differ."""
+    ddp, s = final_weights(
+        brisk_root, ["data.batch_size=100", "strategy=ddp", "trainer.devices=2", "data.resident=true"]
+    )
     assert s["world_size"] == 2 and s["per_device_batch"] == 50
     assert_same(ddp, single_batch_100[0])
 

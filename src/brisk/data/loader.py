@@ -15,6 +15,14 @@ With `balanced`, each epoch's order is a draw with replacement instead of a perm
 a class uniformly, then an image of that class uniformly, so an image is drawn with probability inversely
 proportional to its class's frequency, and an epoch keeps its length. The draw is seeded like the permutation,
 so the ranks' shards and a resumed epoch stay exact.
+
+The tensors may live on the training device (`data.resident`): the order is still drawn on the CPU, from the
+same seed, and moved to the device once per epoch, so a resident run trains on exactly the batches a host one
+does, and each batch is one index_select on the device with no copy from the host.
+
+With `flip_phase` (one bool per sample), each batch comes with a third tensor, the images to mirror: the
+sample's phase in even epochs, its opposite in odd ones. That is airbench's alternating flip (every image is
+seen both ways in any two epochs running; its authors measured about 10% fewer steps to the same accuracy).
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import torch
+
+from brisk.utils.threads import small_ops
 
 
 class TensorBatchLoader:
@@ -38,6 +48,7 @@ class TensorBatchLoader:
         epoch_fn: Callable[[], int] = lambda: 0,
         rows: torch.Tensor | None = None,
         balanced: bool = False,
+        flip_phase: torch.Tensor | None = None,
     ) -> None:
         self.images, self.labels, self.rows = images, labels, rows
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
@@ -46,10 +57,11 @@ class TensorBatchLoader:
         # is trained on (it does not prefetch loaders that have a length), so it counts consumed batches.
         self._epoch, self._yielded = 0, 0
         self._resume_at: tuple[int, int] | None = None
-        self.balanced = balanced
+        self.balanced, self.flip_phase = balanced, flip_phase
         if balanced:  # the samples grouped by class, and where each present class's group starts and how long it is
-            self._by_class = torch.argsort(labels, stable=True)
-            counts = torch.bincount(labels)
+            cpu_labels = labels.cpu()  # the order is drawn on the host, wherever the data lives
+            self._by_class = torch.argsort(cpu_labels, stable=True)
+            counts = torch.bincount(cpu_labels)
             self._counts = counts[counts > 0]
             self._starts = (torch.cumsum(counts, 0) - counts)[counts > 0]
 
@@ -66,7 +78,7 @@ class TensorBatchLoader:
         return size // self.batch_size if self.drop_last else -(-size // self.batch_size)
 
     def indices(self, epoch: int) -> torch.Tensor:
-        """This rank's sample order for `epoch`."""
+        """This rank's sample order for `epoch`, on the CPU."""
         n = len(self.labels)
         g = torch.Generator().manual_seed((self.seed + 1_000_003 * epoch) % 2**63)
         if self.balanced:
@@ -88,7 +100,7 @@ class TensorBatchLoader:
         """Make the next iteration start where the saved one stopped (if it is the same epoch)."""
         self._resume_at = (int(state["epoch"]), int(state["batches"]))
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         # A generator: the epoch is read at the first batch, not at iter(). On resume Lightning calls
         # iter() before it has moved its epoch counter past a checkpoint taken at the end of an epoch.
         epoch, start = self.epoch_fn(), 0
@@ -97,9 +109,12 @@ class TensorBatchLoader:
                 start = self._resume_at[1]
             self._resume_at = None
         self._epoch, self._yielded = epoch, start
-        order = self.indices(epoch)
+        order = self.indices(epoch).to(self.labels.device)  # one copy an epoch for resident data, else none
+        rows = order if self.rows is None else self.rows.index_select(0, order)
+        flips = None if self.flip_phase is None else self.flip_phase.index_select(0, order) ^ bool(epoch % 2)
         for i in range(start, len(self)):
-            idx = order[i * self.batch_size : (i + 1) * self.batch_size]
+            batch = slice(i * self.batch_size, (i + 1) * self.batch_size)
             self._yielded = i + 1
-            image_rows = idx if self.rows is None else self.rows.index_select(0, idx)
-            yield self.images.index_select(0, image_rows), self.labels.index_select(0, idx)
+            with small_ops(self.images.device):  # the gather too: brisk.utils.threads
+                x, y = self.images.index_select(0, rows[batch]), self.labels.index_select(0, order[batch])
+            yield (x, y) if flips is None else (x, y, flips[batch])

@@ -44,13 +44,14 @@ VALUES = {
     "data.max_pixels": MAX_PIXELS,  # image_folder's
     "data.augment.crop_pad": (INT, lambda v: v >= 0, ">= 0", ()),  # at most the image size: preflight.data
     "data.augment.cutout_size": (INT, lambda v: v >= 0, ">= 0", ()),
-    "data.augment.flip": (BOOL, None, "", ()),
+    "data.augment.flip": (BOOL, None, "", ("alternate",)),
     "data.augment.rotate": (NUM, lambda v: 0 <= v <= 180, "in 0..180 (degrees)", ()),  # scale, policy: validate
     "data.augment.color_jitter": (NUM, lambda v: 0 <= v <= 1, "in [0, 1]", ()),
     "data.augment.erasing": (NUM, lambda v: 0 <= v <= 1, "in [0, 1] (a probability)", ()),
     "data.augment.mixup_alpha": (NUM, lambda v: v > 0, "> 0", (None,)),  # Beta(alpha, alpha); null: off
     "data.augment.cutmix_alpha": (NUM, lambda v: v > 0, "> 0", (None,)),
     "data.balanced": (BOOL, None, "", ()),
+    "data.resident": (BOOL, None, "", ()),
     "data.synthetic.n_train": (INT, lambda v: 5 <= v <= 10**8 and v % 5 == 0, "a multiple of 5 in 5..10**8", ()),
     "data.synthetic.n_test": (INT, lambda v: 1 <= v <= 10**8, "in 1..10**8", ()),
     "data.synthetic.noise": (NUM, lambda v: v >= 0, ">= 0", ()),
