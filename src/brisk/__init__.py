@@ -26,6 +26,7 @@ _PUBLIC = {
     "sync": (".callbacks.speed_meter", "sync"),
     "hardware": (".run.summary", "hardware"),
     "write_json": (".run.summary", "write"),
+    "small_ops": (".utils.threads", "small_ops"),
 }
 __all__ = list(_PUBLIC)
 

@@ -30,8 +30,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
-from brisk import BriskError, build_datamodule
-from brisk.utils.threads import small_ops
+from brisk import BriskError, build_datamodule, small_ops
 from brisk_lab.clock import sync
 from brisk_lab.plain import device_of
 from brisk_lab.stats import in_turn, median, paired_ratio, spread
