@@ -34,7 +34,8 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
     datamodule = build_datamodule(cfg)
     if first_process():  # the other ranks of a job share what the first one checked
         preflight.check(cfg, datamodule)
-    trainer = launch.on_all_ranks(lambda: make_trainer(cfg, always_on()))  # starts a DDP job's other ranks
+    target = cfg.get("target_acc")
+    trainer = launch.on_all_ranks(lambda: make_trainer(cfg, always_on(target)))  # starts a DDP job's other ranks
     model = build_model(cfg, datamodule)
     precision.report(cfg.trainer.precision, str(cfg.trainer.accelerator), trainer)
 

@@ -172,14 +172,14 @@ def test_yaml_copies_of_a_default_stay_that_default(file, target, keys):
 
 
 def test_callback_options_are_built_from_one_file_per_callback(tmp_path):
-    """conf/callbacks/each/ holds each callback once; default lists them all but early stopping, which
-    callbacks=early_stopping adds; fast holds the last checkpoint alone."""
-    default, fast, early = (
-        compose_cfg([f"callbacks={option}"], tmp_path) for option in ("default", "fast", "early_stopping")
-    )
+    """conf/callbacks/each/ holds each callback once; default lists them all but early stopping and lookahead,
+    which callbacks=early_stopping and callbacks=lookahead add; fast holds the last checkpoint alone."""
+    options = ("default", "fast", "early_stopping", "lookahead")
+    default, fast, early, lookahead = (compose_cfg([f"callbacks={option}"], tmp_path) for option in options)
     each = {p.stem for p in (Path(CONFIG_PATH) / "callbacks" / "each").glob("*.yaml")}
-    assert set(default.callbacks) == each - {"early_stopping"}
-    assert set(early.callbacks) == each and early.callbacks.early_stopping.monitor == "val/acc"
+    assert set(default.callbacks) == each - {"early_stopping", "lookahead"}
+    assert set(early.callbacks) == each - {"lookahead"} and early.callbacks.early_stopping.monitor == "val/acc"
+    assert set(lookahead.callbacks) == each - {"early_stopping"} and lookahead.callbacks.lookahead.every == 5
     assert set(fast.callbacks) == {"last_checkpoint"}
     assert fast.callbacks.last_checkpoint == default.callbacks.last_checkpoint
     assert fast.trainer.enable_progress_bar is False

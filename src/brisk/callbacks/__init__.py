@@ -1,5 +1,6 @@
 from brisk.callbacks.checkpoint import LastCheckpoint, ModelCheckpoint
 from brisk.callbacks.divergence_guard import DivergenceGuard
+from brisk.callbacks.lookahead import Lookahead
 from brisk.callbacks.model_summary import ModelSummary
 from brisk.callbacks.progress_bar import ProgressBar
 from brisk.callbacks.pruning import Pruning
@@ -9,10 +10,12 @@ from brisk.callbacks.run_plots import RunPlots
 from brisk.callbacks.sigterm_checkpoint import SigtermCheckpoint
 from brisk.callbacks.speed_meter import SpeedMeter
 from brisk.callbacks.startup_clock import StartupClock
+from brisk.callbacks.time_to_accuracy import TimeToAccuracy
 
 __all__ = [
     "DivergenceGuard",
     "LastCheckpoint",
+    "Lookahead",
     "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
@@ -23,4 +26,5 @@ __all__ = [
     "SigtermCheckpoint",
     "SpeedMeter",
     "StartupClock",
+    "TimeToAccuracy",
 ]

@@ -60,6 +60,10 @@ class SpeedMeter(L.Callback):
         if self.seconds > 0:
             pl_module.log("train/images_per_sec", self.images / self.seconds, rank_zero_only=True)
 
+    def elapsed(self) -> float:
+        """Training seconds so far, with the epoch now running (no sync: for a checkpoint written mid-epoch)."""
+        return self.seconds + (time.perf_counter() - self._t0 if self._t0 is not None else 0.0)
+
     @property
     def images_per_sec(self) -> float:
         return self.images / self.seconds if self.seconds else 0.0

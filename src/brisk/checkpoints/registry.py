@@ -7,7 +7,7 @@ line, the user's config folders) puts at that very place. Anywhere else a `_targ
 instantiate recurses into nested ones, and packages hold functions that remove or write the paths they are
 given (lightning's `ModelCheckpoint._link_checkpoint` deletes whatever folder it is handed). A file's name is
 compared as a string, so nothing it names is imported to be checked. conf/'s entries are brisk's own code:
-classes, and the three factories its option files build with (cifar_resnet18, cosine_with_warmup, exp_decay).
+classes, and the factories its option files build with (cifar_resnet18, cosine_with_warmup, exp_decay, warmup_linear).
 
 Hydra's other keys (`_args_`, `_partial_`, `_convert_`, `_recursive_`) are refused in file content except where
 conf/ puts the same key with the same value (`_partial_: true` of the optimizer and the scheduler, which the

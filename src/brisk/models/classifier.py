@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +16,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from brisk import compat
 from brisk.errors import BriskError
-from brisk.models import losses, param_groups
+from brisk.models import from_data, losses, param_groups
 from brisk.models.metrics import ClassMetrics
 from brisk.models.sparsity import fold_masks
 from brisk.optim import schedules
@@ -95,6 +97,7 @@ class ImageClassifier(L.LightningModule):
         compile: compile the net (not the LightningModule, which fails on lightning 2.6.6).
         freeze_backbone: train only the net's head (`get_classifier()`), the rest frozen, its BatchNorm included.
         backbone_lr_mult: the backbone's lr as a multiple of the head's (brisk.models.param_groups says how).
+        norm_lr_mult: the lr of biases and norm parameters as a multiple of the weights' (airbench94: 64).
         tta: test-time augmentation in test and predict (not in val: it would cost 2-6x on every epoch).
             `flip` averages the logits of each image and its mirror; `flip_translate` also those of 1 px
             shifts, as in airbench94's TTA (KellerJordan/cifar10-airbench).
@@ -119,6 +122,7 @@ class ImageClassifier(L.LightningModule):
         tta: str = "none",
         freeze_backbone: bool = False,
         backbone_lr_mult: float = 1.0,
+        norm_lr_mult: float = 1.0,
     ) -> None:
         super().__init__()
         if tta not in TTA:
@@ -198,6 +202,9 @@ class ImageClassifier(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         # After the DataModule's setup, before a resumed checkpoint is restored (it holds the same values).
+        # AirbenchNet's whitening from the data; a resumed run has it in its checkpoint
+        if stage == "fit" and getattr(self.net, "whiten_init", False) and not self.trainer.ckpt_path:
+            self.data_init_seconds = from_data.init_net(self.net, self.trainer.datamodule, self.device)
         if stage == "fit" and self.hparams.class_weights == losses.AUTO:
             counts = getattr(self.trainer.datamodule, "class_counts", None)
             if counts is None:
@@ -266,8 +273,12 @@ class ImageClassifier(L.LightningModule):
             return False
 
     def configure_optimizers(self):
-        groups = param_groups.groups(self.net, self.hparams.weight_decay, self.hparams.backbone_lr_mult)
-        optimizer = instantiate(self.hparams.optimizer)(groups)
+        h = self.hparams
+        groups = param_groups.groups(self.net, h.weight_decay, h.backbone_lr_mult, h.get("norm_lr_mult", 1.0))
+        make = instantiate(h.optimizer)
+        if "examples_per_step" in inspect.signature(make.func).parameters:  # brisk.optim.PerExamplesSGD
+            make = functools.partial(make, examples_per_step=from_data.examples_per_step(self.trainer, h.optimizer))
+        optimizer = make(groups)
         param_groups.scale_lrs(optimizer)
         if not self.hparams.scheduler:
             return optimizer

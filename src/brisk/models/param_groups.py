@@ -64,9 +64,10 @@ def freeze_backbone(net: nn.Module) -> None:
     convert(net)
 
 
-def groups(net: nn.Module, weight_decay: float, backbone_lr_mult: float = 1.0) -> list[dict]:
-    """Decay and no-decay groups of the trainable parameters (biases and norm parameters get no weight decay),
-    split into backbone and head when the backbone's learning rate differs; empty groups left out."""
+def groups(net: nn.Module, weight_decay: float, backbone_lr_mult: float = 1.0, norm_lr_mult: float = 1.0) -> list[dict]:
+    """Decay and no-decay groups of the trainable parameters (biases and norm parameters get no weight decay, and
+    `norm_lr_mult` times the lr: airbench94 trains them at 64x), split into backbone and head when the backbone's
+    learning rate differs; empty groups left out."""
     trainable = [p for p in net.parameters() if p.requires_grad]
     parts = [(trainable, 1.0)]
     if backbone_lr_mult != 1:
@@ -77,10 +78,10 @@ def groups(net: nn.Module, weight_decay: float, backbone_lr_mult: float = 1.0) -
         ]
     found = []
     for params, mult in parts:
-        for decay, keep in ((weight_decay, lambda p: p.ndim > 1), (0.0, lambda p: p.ndim <= 1)):
+        for decay, keep, own in ((weight_decay, lambda p: p.ndim > 1, 1.0), (0.0, lambda p: p.ndim <= 1, norm_lr_mult)):
             group = {"params": [p for p in params if keep(p)], "weight_decay": decay}
-            if mult != 1:
-                group["lr_mult"] = mult
+            if mult * own != 1:
+                group["lr_mult"] = mult * own
             found.append(group)
     # Only a split run leaves empty groups out: an unsplit one keeps its two, as its checkpoints have.
     return found if backbone_lr_mult == 1 else [g for g in found if g["params"]]

@@ -28,6 +28,21 @@ def cosine_with_warmup(optimizer: Optimizer, total_steps: int, warmup: float = 0
     return LambdaLR(optimizer, factor)
 
 
+def warmup_linear(
+    optimizer: Optimizer, total_steps: int, warmup: float = 0.23, start: float = 0.2, final: float = 0.0
+) -> LambdaLR:
+    """From `start` x base lr up to the base lr over the first `warmup` fraction of steps, then straight down to
+    `final` x: airbench94's schedule (0.2 -> 1 over 23% of the steps -> 0)."""
+    peak = max(1, round(warmup * total_steps))
+
+    def factor(step: int) -> float:
+        if step < peak:
+            return start + (1 - start) * step / peak
+        return 1 + (final - 1) * min(1.0, (step - peak) / max(1, total_steps - peak))
+
+    return LambdaLR(optimizer, factor)
+
+
 def exp_decay(optimizer: Optimizer, constant_epochs: int = 10, k: float = 0.1) -> LambdaLR:
     """Keras's LearningRateScheduler recipe (stepped per epoch): the base lr for epochs 0..constant_epochs-1, then
     x exp(-k) per epoch from epoch `constant_epochs` on, so epoch 10 runs at x0.9048 and epoch 11 at x0.8187.
@@ -62,7 +77,9 @@ def build(config: dict, optimizer: Optimizer, total_steps: Callable[[str], int])
     if "total_steps" in parameters:
         kwargs["total_steps"] = int(total_steps(interval))
         kwargs.update(_fit_horizon(make, parameters, kwargs["total_steps"], interval))
-    mults = [group.get("lr_mult", 1.0) for group in optimizer.param_groups]
+    # PerExamplesSGD's lr is per 1024 examples: its step lr is that times lr_scale.
+    scale = getattr(optimizer, "lr_scale", 1.0)
+    mults = [group.get("lr_mult", 1.0) * scale for group in optimizer.param_groups]
     if "max_lr" in make.keywords and any(m != 1 for m in mults):
         # OneCycleLR sets each group's lr from max_lr, not from the group's own: one max_lr per group, scaled
         # (a group's lr_mult, brisk.models.param_groups). Schedulers that scale the group's lr keep it as it is.

@@ -18,6 +18,7 @@ from brisk.callbacks import (
     SigtermCheckpoint,
     SpeedMeter,
     StartupClock,
+    TimeToAccuracy,
 )
 from brisk.checkpoints.io import SafeCheckpointIO
 from brisk.models.build import build_model
@@ -56,10 +57,13 @@ def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     return instantiate(cfg.data)
 
 
-def always_on() -> list[L.Callback]:
+def always_on(target_acc: float | None = None) -> list[L.Callback]:
     """Whatever the callbacks group says: the measurements in summary.json (find them in trainer.callbacks),
-    exact resume, each rank's own augmentation draws, NaN stop, checkpoint on SIGTERM."""
+    exact resume, each rank's own augmentation draws, NaN stop, checkpoint on SIGTERM; with `target_acc`, the
+    time-to-accuracy clock."""
+    clock = [TimeToAccuracy(target_acc)] if target_acc is not None else []
     return [
+        *clock,
         SpeedMeter(),
         StartupClock(),
         ResumeState(),

@@ -30,6 +30,7 @@ MAX_PIXELS = (INT, lambda v: 1 <= v <= PILLOW_PIXELS, f"in 1..{PILLOW_PIXELS}", 
 # key: (kind, test, what the test asks, other values allowed). A key absent from the config (another
 # model, another dataset) is skipped.
 VALUES = {
+    "target_acc": (NUM, lambda v: 0 < v <= 1, "in (0, 1] (a share of the images, e.g. 0.94)", (None,)),
     "seed": (INT, lambda v: 0 <= v < 2**32, "in 0..2**32-1", ()),  # the range Lightning's seed_everything takes
     "trainer.max_epochs": (INT, lambda v: v >= 1, ">= 1", (-1, None)),  # 0 would test an untrained net, exit 0
     "trainer.max_steps": (INT, lambda v: v >= 1, ">= 1", (-1, None)),
@@ -59,6 +60,10 @@ VALUES = {
     "model.weight_decay": (NUM, lambda v: v >= 0, ">= 0", ()),
     "model.l1": (NUM, lambda v: v >= 0, ">= 0", ()),
     "model.compile": (BOOL, None, "", ()),
+    "model.norm_lr_mult": (NUM, lambda v: v > 0, "> 0", ()),
+    "model.net.whiten_init": (BOOL, None, "", ()),  # airbench's
+    "model.net.dirac": (BOOL, None, "", ()),
+    "model.net.frozen_bn_scale": (BOOL, None, "", ()),
     "model.net.width": (INT, lambda v: v >= 1, ">= 1", ()),
     "optimizer.momentum": (NUM, lambda v: 0 <= v <= 1, "in [0, 1]", ()),
     "scheduler.pct_start": (NUM, lambda v: 0 < v < 1, "in (0, 1)", ()),

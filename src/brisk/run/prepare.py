@@ -26,4 +26,4 @@ def build_trainer(
 def build(cfg: DictConfig) -> tuple[L.Trainer, L.LightningDataModule, L.LightningModule]:
     """Trainer (with the callbacks brisk-train always has), DataModule and model, checked and ready to fit."""
     datamodule = build_datamodule(cfg)  # first: the pre-flight checks read the data through it
-    return build_trainer(cfg, always_on(), datamodule), datamodule, build_model(cfg, datamodule)
+    return build_trainer(cfg, always_on(cfg.get("target_acc")), datamodule), datamodule, build_model(cfg, datamodule)

@@ -15,7 +15,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from brisk.callbacks import SpeedMeter, StartupClock
+from brisk.callbacks import SpeedMeter, StartupClock, TimeToAccuracy
 from brisk.models import metrics as model_metrics
 from brisk.models.sparsity import sparsity
 from brisk.run import launch
@@ -79,12 +79,14 @@ def of_training(
     `tested` is the checkpoint the test loaded, `last` the run's last checkpoint."""
     speed, startup = (next(c for c in trainer.callbacks if isinstance(c, kind)) for kind in (SpeedMeter, StartupClock))
     run_dir = HydraConfig.get().runtime.output_dir
+    clock = next((c.report() for c in trainer.callbacks if isinstance(c, TimeToAccuracy)), None)
     return {
         "run_dir": str(run_dir),
         "metrics": metrics,
         "images_per_sec": speed.images_per_sec,
         "fit_seconds": fit_seconds,
         "startup_seconds": startup.seconds,  # process start to the first training step
+        "time_to_accuracy": clock,  # with target_acc (brisk.callbacks.time_to_accuracy says what it counts)
         "epochs": trainer.current_epoch,
         "global_step": trainer.global_step,
         "precision": {"requested": str(cfg.trainer.precision), "effective": trainer.precision},
