@@ -10,6 +10,8 @@ CLI writes bench.json, bench.md and a PNG per part.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -274,3 +276,15 @@ def test_an_entry_point_of_its_own_checks_its_groups_and_those_of_brisk():
     """brisk-bench composes from the lab's conf/ with brisk's on its search path: options of both are options."""
     assert unknown_group_option(["model=nil", "preset=quick", "optimizer=sgd"], CONFIG_PATH) is None
     assert "no such option" in unknown_group_option(["preset=nope"], CONFIG_PATH)
+
+
+def test_gpu_bench_script_skips_itself_without_cuda(tmp_path):
+    """No GPU visible (hidden here even on a GPU machine): exit 0, one line saying why, and no output folder."""
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "gpu_bench"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        ["bash", str(root / "scripts" / "gpu_bench.sh"), str(out)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0 and "skipped: no CUDA GPU" in proc.stderr, proc.stderr
+    assert not out.exists()
