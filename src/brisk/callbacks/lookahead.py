@@ -21,17 +21,19 @@ class Lookahead(L.Callback):
         self.slow: list[torch.Tensor] | None = None
         self._fast: list[torch.Tensor] = []
         self._done = -1  # the global step of the last update
+        self._total = 0  # the fit's optimizer steps, read once: Lightning recomputes the estimate on every call
 
     def on_train_start(self, trainer, pl_module) -> None:
         # The net's own tensors (state_dict shares their storage), on the device; after a resume's restore.
         self._fast = [t for t in pl_module.net.state_dict().values() if t.is_floating_point()]
+        self._total = trainer.estimated_stepping_batches
         if self.slow is None:
             self.slow = [t.detach().clone() for t in self._fast]
         else:
             self.slow = [s.to(device=t.device, dtype=t.dtype) for s, t in zip(self.slow, self._fast, strict=True)]
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        step, total = trainer.global_step, trainer.estimated_stepping_batches
+        step, total = trainer.global_step, self._total
         if step == self._done or (step % self.every and step < total):  # accumulation: one update per step
             return
         self._done = step

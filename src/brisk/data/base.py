@@ -84,7 +84,7 @@ class TensorDataModule(L.LightningDataModule):
         if self.alternating_flip:
             self.per_image_augment["flip"] = True
         # resident: the splits as placed on the device, and the device when no Trainer says (the lab's plain loop)
-        self._placed: dict[str, tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = {}
+        self._placed: dict[str, tuple[torch.device, tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]]] = {}
         self.resident_device = torch.device("cpu")
         self.splits: dict[str, Split | None] = {}
         # Per-channel mean and std on the 0..255 scale; from the data at setup, or from a checkpoint.
@@ -216,9 +216,9 @@ class TensorDataModule(L.LightningDataModule):
         if not self.hparams.get("resident"):
             return self.splits[split]
         device = self.trainer.strategy.root_device if self.trainer is not None else self.resident_device
-        if split not in self._placed or self._placed[split][0].device != device:
-            self._placed[split] = place_resident(split, *self.splits[split], device) or self.splits[split]
-        return self._placed[split]
+        if split not in self._placed or self._placed[split][0] != device:  # a split that did not fit: said once
+            self._placed[split] = (device, place_resident(split, *self.splits[split], device) or self.splits[split])
+        return self._placed[split][1]
 
     def train_dataloader(self) -> TensorBatchLoader:
         return self._loader("train", train=True)

@@ -29,7 +29,7 @@ def init_net(net: nn.Module, datamodule: L.LightningDataModule, device: torch.de
 
 def examples_per_step(trainer: L.Trainer, optimizer: dict) -> int:
     """Training examples per optimizer step, over all ranks: the global batch times the accumulation."""
-    batch = getattr(getattr(trainer.datamodule, "hparams", {}), "get", lambda k: None)("batch_size")
+    batch = (getattr(trainer.datamodule, "hparams", None) or {}).get("batch_size")
     if batch is None:
         raise BriskError(
             f"{optimizer['_target_']} sets its lr per example from data.batch_size: fit with a brisk DataModule, "
