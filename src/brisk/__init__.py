@@ -27,6 +27,7 @@ _PUBLIC = {
     "hardware": (".run.summary", "hardware"),
     "write_json": (".run.summary", "write"),
     "small_ops": (".utils.threads", "small_ops"),
+    "TimeToAccuracy": (".callbacks.time_to_accuracy", "TimeToAccuracy"),
 }
 __all__ = list(_PUBLIC)
 

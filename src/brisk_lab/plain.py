@@ -1,9 +1,11 @@
 """The same work as a brisk fit, as a bare PyTorch loop: the yardstick for framework overhead.
 
-Same model (built by brisk's builder from the same seed, called as a module), same batches (a DataModule
-from the same config: its loader and on-device augmentation), same optimizer (the LightningModule's own
-configure_optimizers), same loss, in the order Lightning runs them: forward, zero_grad, backward, step.
-Nothing else: no logging, no metrics, no callbacks, no progress bar."""
+Same model (built by brisk's builder from the same seed, called as a module, initialised from the data as a
+fit does: AirbenchNet's whitening), same batches (a DataModule from the same config: its loader, its alternating
+flips and on-device augmentation), same optimizer and schedule (the LightningModule's own, from this loop's counts),
+same loss, in the order Lightning runs them: forward, zero_grad, backward, step, then Lookahead's pull
+(`callbacks.lookahead`: it changes the weights, so it is part of the work) and a per-step schedule's step.
+Nothing else: no logging, no metrics, no other callbacks, no progress bar."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ import itertools
 import lightning as L
 import torch
 import torch.nn.functional as F
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from brisk import BriskError, build_datamodule, build_model, resolve_precision
+from brisk import BriskError, build_datamodule, build_model, resolve_precision, small_ops
 from brisk_lab.clock import Window
 from brisk_lab.memory import PeakMemory
 
@@ -41,11 +44,20 @@ def _autocast(precision: str, device: torch.device):
     )
 
 
+def optimizers(model, cfg: DictConfig, steps_per_epoch: int):
+    """The model's optimizer and schedule, sized as Lightning sizes them for this config (one device, no
+    accumulation): (optimizer, scheduler or None, its interval, the fit's optimizer steps)."""
+    epochs = int(cfg.trainer.max_epochs)
+    max_steps = int(cfg.trainer.get("max_steps") or -1)
+    total = epochs * steps_per_epoch if max_steps < 0 else min(max_steps, epochs * steps_per_epoch)
+    made = model.optimizers_for(lambda: int(cfg.data.batch_size), lambda i: total if i == "step" else epochs)
+    if not isinstance(made, dict):
+        return made, None, None, total
+    schedule = made["lr_scheduler"]
+    return made["optimizer"], schedule["scheduler"], schedule["interval"], total
+
+
 def plain_loop(cfg: DictConfig, warmup: int, steps: int, count_calls: bool = False) -> dict:
-    if cfg.get("scheduler"):
-        raise BriskError(
-            "scheduler: the plain loop steps the optimizer only. Run the overhead part with scheduler=none."
-        )
     if int(cfg.trainer.get("accumulate_grad_batches", 1)) != 1:
         raise BriskError(
             "trainer.accumulate_grad_batches: the overhead part compares single steps. Use accumulation=1."
@@ -58,23 +70,30 @@ def plain_loop(cfg: DictConfig, warmup: int, steps: int, count_calls: bool = Fal
     model = build_model(cfg, datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")
+    model.init_from_data(datamodule)  # on the CPU, before the move, as Lightning's setup hook runs it
     channels_last = datamodule.hparams.channels_last
     model.to(device, memory_format=torch.channels_last if channels_last else torch.preserve_format)
     model.train()
-    optimizer = model.configure_optimizers()
+    optimizer, scheduler, interval, total = optimizers(model, cfg, len(datamodule.train_dataloader()))
     smoothing = model.hparams.label_smoothing
+    spec = (cfg.get("callbacks") or {}).get("lookahead")
+    lookahead = instantiate(spec) if spec else None
+    if lookahead is not None:
+        lookahead.attach(model.net, total)
 
     memory = PeakMemory(device)  # as the StepClock does for the fit: both sides start from the same clean heap
     memory.reset()
     window = Window(warmup, steps, device, count_calls)
     window.start()
     loss = torch.tensor(float("nan"))
+    step = 0
     for epoch in itertools.count():
         loader = datamodule.train_dataloader()
-        loader.epoch_fn = lambda epoch=epoch: epoch  # each epoch its own order, as in a fit
-        for x, y in loader:
+        loader.epoch_fn = lambda epoch=epoch: epoch  # each epoch its own order and flips, as in a fit
+        for x, y, *flips in loader:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            x = datamodule.prepare_batch(x, train=True)
+            with small_ops(device):  # brisk's thread setting for the augmentation, on both sides
+                x = datamodule.prepare_batch(x, train=True, flips=flips[0].to(device) if flips else None)
             with autocast():
                 loss = F.cross_entropy(model(x), y, label_smoothing=smoothing)
             optimizer.zero_grad()
@@ -85,5 +104,12 @@ def plain_loop(cfg: DictConfig, warmup: int, steps: int, count_calls: bool = Fal
                 scaler.scale(loss).backward()
                 scaler.step(optimizer)
                 scaler.update()
+            step += 1
+            if lookahead is not None:
+                lookahead.update(step)
+            if interval == "step":
+                scheduler.step()
             if window.tick(len(y)):
                 return {**window.result(), "loss": float(loss.detach()), **memory.read(), "memory": memory.kind}
+        if interval == "epoch":
+            scheduler.step()

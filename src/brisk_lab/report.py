@@ -190,3 +190,48 @@ def lever(name: str, result: dict, base: str) -> str:
     )
     head = f"### Lever: {name}\n\nBase: {base}. {timed}; epoch s = batches per epoch x s/batch.\n"
     return head + "\n" + _table(header, table)
+
+
+def _median_range(row: dict, key: str, digits: int) -> str:
+    if row[key] is None:
+        return "not reached"
+    low, high = row[f"{key}_range"]
+    return f"{row[key]:,.{digits}f} ({low:,.{digits}f}-{high:,.{digits}f})"
+
+
+def speedrun(s: dict[str, Any]) -> str:
+    seeds = s["rows"][0]["seeds"]
+    head = (
+        f"### experiment=speedrun: what each part buys\n\nEach row switches one part of the recipe off (all others "
+        f"on), {seeds} seeds each, on `{' '.join(s['ablation'])}`. To val/acc >= {s['target']}: the first validation "
+        "at or over it, median over the seeds that reached it (min-max); seconds on the time-to-accuracy clock "
+        "(training steps and whitening). On a CPU the epochs and steps are what carries over; the seconds are "
+        "CPU seconds, not GPU seconds. Test acc: the final test with the row's TTA, median of all seeds.\n"
+    )
+    rows = [
+        [
+            r["part"] if r["part"] == "all on" else f"{r['part']} off",
+            f"{r['reached']}/{r['seeds']}",
+            _median_range(r, "epochs", 0),
+            _median_range(r, "steps", 0),
+            _median_range(r, "seconds", 1),
+            f"{r['test_acc']:.4f}",
+        ]
+        for r in s["rows"]
+    ]
+    header = ["recipe", "reached", "epochs to target", "steps to target", "seconds to target", "test acc (TTA)"]
+    o, c = s["overhead"], s["cost_per_step"]
+    low, high = c["range_ms"]
+    verdict = "within" if c["median_ms"] <= c["target_ms"] else "over"
+    cost = (
+        "\n\n### experiment=speedrun: brisk's cost per step\n\nThe recipe's path at nil compute "
+        f"(bench.speedrun.nil: batch {o['batch_size']}, {o['precision']}), a brisk fit against the plain loop "
+        "doing the same work, "
+        f"{o['steps']} steps from the same seed, {len(c['per_round_ms'])} interleaved rounds: brisk adds "
+        f"**{c['median_ms']:.3f} ms** per step (median; rounds {low:.3f} to {high:.3f}), {verdict} the "
+        f"{c['target_ms']} ms target. Plain loop {_n(o['plain_images_per_sec'])} images/s, brisk "
+        f"{_n(o['brisk_images_per_sec'])}; loss plain / brisk {o['loss_plain']:.6f} / {o['loss_brisk']:.6f}"
+        + ("" if o["same_loss"] else " (differ: the comparison is not like for like)")
+        + ".\n"
+    )
+    return head + "\n" + _table(header, rows) + cost

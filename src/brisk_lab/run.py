@@ -17,12 +17,12 @@ from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from brisk import BriskError, hardware, resolve_precision, write_json
-from brisk_lab import augment_cost, breakdown, levers, overhead, pipeline, plots, report
+from brisk_lab import augment_cost, breakdown, levers, overhead, pipeline, plots, report, speedrun
 from brisk_lab.compose import compose_with, task_overrides
 from brisk_lab.fit import DataCache, measure_fit
 
 log = logging.getLogger("brisk")
-PARTS = ("pipeline", "augment", "overhead", "breakdown", "fit")
+PARTS = ("pipeline", "augment", "overhead", "breakdown", "fit", "speedrun")
 
 
 def _count(bench: DictConfig, key: str, least: int = 1) -> int:
@@ -42,7 +42,7 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
             raise BriskError(f"bench.run: unknown part '{part}'. Choose from: {', '.join(known)}.")
     counts = ["rounds", "pipeline.batch_size", "augment.batch_size", "augment.repeats", "fit.warmup", "fit.steps"]
     counts += ["overhead.warmup", "overhead.steps"]
-    counts += [f"{part}.{key}" for part in ("breakdown", "sweep") for key in ("warmup", "steps", "rounds")]
+    counts += [f"{part}.{key}" for part in ("breakdown", "sweep", "speedrun") for key in ("warmup", "steps", "rounds")]
     for key in counts:
         _count(bench, key)
     _count(bench, "pipeline.workers", least=0)
@@ -60,6 +60,8 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
             plans[part] = compose_with(list(bench.breakdown.overrides or []), "bench.breakdown")
         elif part == "fit":
             plans[part] = cfg
+        elif part == "speedrun":
+            plans[part] = speedrun.plan(bench.speedrun)
         else:
             plans[part] = levers.plan(part, lever_specs[part])
     return plans
@@ -78,6 +80,8 @@ def _part(part: str, planned: Any, bench: DictConfig, run_dir: Path, data: DataC
         return breakdown.compare(planned, b.warmup, b.steps, b.rounds, data)
     if part == "fit":
         return measure_fit(planned, bench.fit.warmup, bench.fit.steps, data)
+    if part == "speedrun":
+        return speedrun.compare(planned, bench.speedrun, bench.speedrun.rounds, data)
     s = bench.sweep
     return levers.sweep(part, bench.levers[part], planned, s.warmup, s.steps, s.rounds, run_dir, data, bench.timeout_s)
 
@@ -127,6 +131,8 @@ def markdown(results: dict) -> str:
             out.append(report.breakdown(result))
         elif name == "fit":
             out.append(report.fit(result, results["base"]))
+        elif name == "speedrun":
+            out.append(report.speedrun(result))
         else:
             out.append(report.lever(name, result, results["base"]))
     return "\n\n".join(out) + "\n"
@@ -138,7 +144,7 @@ def draw(name: str, result: dict, run_dir: Path) -> None:
         plots.pipeline(result, path)
     elif name == "overhead":
         plots.overhead(result, path)
-    elif name not in ("fit", "breakdown", "augment"):
+    elif name not in ("fit", "breakdown", "augment", "speedrun"):
         plots.lever(name, result, path)
 
 

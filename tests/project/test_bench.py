@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from brisk.cli import unknown_group_option
 from brisk.data import augment as aug
 from brisk.errors import BriskError
-from brisk_lab import breakdown, levers, pipeline, report
+from brisk_lab import breakdown, levers, pipeline, report, speedrun
 from brisk_lab.bench import CONFIG_PATH
 from brisk_lab.clock import Window
 from brisk_lab.fit import DataCache, measure_fit
@@ -160,6 +160,57 @@ def test_plain_loop_and_brisk_fit_reach_the_same_loss(tiny_bench):
     assert brisk["epoch_batches"] == 15 and brisk["peak_mb"] > brisk["added_mb"] > 0
 
 
+# experiment=speedrun as the lab composes it, small: one epoch, so Lookahead's pull at step 10 is a real one
+# (at step 5 it barely moves the weights), and the schedule, whitening and alternating flips all change the loss.
+TINY_SPEEDRUN = [o for o in TINY if not o.startswith("model.net.")] + ["model.net.widths=[16,32,32]"]
+
+
+def speedrun_bench(brisk_root, extra: list[str] = ()) -> DictConfig:
+    overrides = list(compose_bench([], brisk_root).bench.speedrun.overrides)
+    return compose_bench([*TINY_SPEEDRUN, *overrides, "trainer.max_epochs=1", *extra], brisk_root)
+
+
+def test_plain_loop_and_brisk_fit_reach_the_same_loss_on_the_speedrun_path(brisk_root):
+    """The cost per step on the recipe's path is only fair if the plain loop does all the recipe's work: the
+    whitening, dirac init, PerExamplesSGD with its 64x bias lr, the warm-up schedule, lookahead, alternating flips."""
+    cfg = speedrun_bench(brisk_root)
+    assert cfg.scheduler and cfg.callbacks.lookahead and cfg.data.augment.flip == "alternate" and cfg.data.resident
+    brisk = measure_fit(cfg, warmup=1, steps=11, data=DataCache())
+    plain = plain_loop(cfg, warmup=1, steps=11)
+    assert brisk["batches"] == plain["batches"] == 11
+    assert brisk["loss"] == pytest.approx(plain["loss"], rel=1e-5), "same seed, same batches, same steps"
+    without = cfg.copy()
+    with open_dict(without):
+        del without.callbacks.lookahead
+    assert plain_loop(without, warmup=1, steps=11)["loss"] != pytest.approx(plain["loss"], rel=1e-5), (
+        "the plain loop must apply Lookahead's pull: without it the loss differs"
+    )
+
+
+def test_speedrun_part_tables_every_row_and_keeps_the_unreached(brisk_root):
+    """The ablation end to end, tiny, in process: a row that never reaches the target is in the table as not
+    reached, and the cost per step comes from a like-for-like comparison."""
+    bench = compose_bench([], brisk_root).bench
+    spec = bench.speedrun.copy()
+    with open_dict(spec):
+        spec.ablation = [*TINY_SPEEDRUN, "data.val_size=200", "trainer.max_epochs=2", "target_acc=0.3"]
+        spec.seeds = [0]
+        spec.parts = {"whitening": ["model.net.whiten_init=false"], "training": ["trainer.limit_train_batches=1"]}
+        spec.nil = [*spec.nil, "data.synthetic.n_train=600"]
+        spec.warmup, spec.steps, spec.rounds = 1, 3, 1
+    planned = speedrun.plan(spec, lambda overrides, where: compose_bench(overrides, brisk_root))
+    s = speedrun.compare(planned, spec, spec.rounds, DataCache())
+    rows = {r["part"]: r for r in s["rows"]}
+    assert list(rows) == ["all on", "whitening", "training"] and s["target"] == 0.3
+    assert rows["all on"]["reached"] == 1 and 1 <= rows["all on"]["epochs"] <= 2 and rows["all on"]["steps"] > 0
+    assert rows["training"]["reached"] == 0 and rows["training"]["epochs"] is None, "2 steps reach nothing"
+    assert all(r["runs"][0]["test_acc"] > 0 and r["seeds"] == 1 for r in s["rows"])
+    assert s["overhead"]["same_loss"] and len(s["cost_per_step"]["per_round_ms"]) == 1
+    table = report.speedrun(s)
+    assert "| training off | 0/1 | not reached | not reached | not reached |" in table
+    assert "| all on | 1/1 |" in table and f"{s['cost_per_step']['median_ms']:.3f} ms" in table
+
+
 def test_breakdown_counts_what_each_component_adds(brisk_root):
     """The breakdown part end to end, small: every row timed and counted, and the report says what brisk adds."""
     overrides = list(compose_bench([], brisk_root).bench.breakdown.overrides)
@@ -220,13 +271,18 @@ def test_every_lever_value_of_every_preset_composes(preset, brisk_root):
     tiny = [o for o in TINY if not o.startswith("model.net")]  # the model lever changes the net
     base = [*tiny, f"preset={preset}"] if preset else tiny
     bench = compose_bench(base, brisk_root).bench
-    assert set(bench.run) <= {"pipeline", "augment", "overhead", "breakdown", "fit", *bench.levers}
+    assert set(bench.run) <= {"pipeline", "augment", "overhead", "breakdown", "fit", "speedrun", *bench.levers}
     for name, spec in bench.levers.items():
         for label, overrides in levers.settings(name, spec):
             cfg = compose_bench([*base, *overrides], brisk_root)
             assert label and cfg.data.batch_size > 0, f"{name}={label}"
     for model in bench.overhead.models:
         compose_bench([*base, f"model={model}", *bench.overhead.overrides], brisk_root)
+    spec = bench.speedrun.copy()
+    spec.seeds = spec.seeds[:1]  # a seed changes no composition
+    planned = speedrun.plan(spec, lambda overrides, where: compose_bench([*base, *overrides], brisk_root))
+    assert planned["overhead"].model.net._target_ == "brisk_lab.nets.NilNet"
+    assert all(c.target_acc for seeds in planned["fits"].values() for c in seeds.values())
 
 
 @pytest.mark.slow  # the whole lab end to end (~40 s); its parts are tested in process above

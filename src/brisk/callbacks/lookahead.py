@@ -24,16 +24,25 @@ class Lookahead(L.Callback):
         self._total = 0  # the fit's optimizer steps, read once: Lightning recomputes the estimate on every call
 
     def on_train_start(self, trainer, pl_module) -> None:
-        # The net's own tensors (state_dict shares their storage), on the device; after a resume's restore.
-        self._fast = [t for t in pl_module.net.state_dict().values() if t.is_floating_point()]
-        self._total = trainer.estimated_stepping_batches
+        # After a resume's restore; the net on its device.
+        self.attach(pl_module.net, trainer.estimated_stepping_batches)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self.update(trainer.global_step)
+
+    def attach(self, net: torch.nn.Module, total: int) -> None:
+        """Follow `net` (its own tensors: state_dict shares their storage) over a fit of `total` optimizer steps.
+        The hooks call this and `update`; a loop other than Lightning's (the lab's plain loop) calls them itself."""
+        self._fast = [t for t in net.state_dict().values() if t.is_floating_point()]
+        self._total = total
         if self.slow is None:
             self.slow = [t.detach().clone() for t in self._fast]
         else:
             self.slow = [s.to(device=t.device, dtype=t.dtype) for s, t in zip(self.slow, self._fast, strict=True)]
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        step, total = trainer.global_step, self._total
+    def update(self, step: int) -> None:
+        """After the optimizer step that made the count of steps `step`."""
+        total = self._total
         if step == self._done or (step % self.every and step < total):  # accumulation: one update per step
             return
         self._done = step

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning as L
@@ -201,12 +201,19 @@ class ImageClassifier(L.LightningModule):
         return ce
 
     def setup(self, stage: str) -> None:
-        # After the DataModule's setup, before a resumed checkpoint is restored (it holds the same values).
-        # AirbenchNet's whitening from the data; a resumed run has it in its checkpoint
-        if stage == "fit" and getattr(self.net, "whiten_init", False) and not self.trainer.ckpt_path:
-            self.data_init_seconds = from_data.init_net(self.net, self.trainer.datamodule, self.device)
-        if stage == "fit" and self.hparams.class_weights == losses.AUTO:
-            counts = getattr(self.trainer.datamodule, "class_counts", None)
+        # After the DataModule's setup, before a resumed checkpoint is restored (it holds the same values), and
+        # before Lightning moves the model to its device: the whitening is computed on the CPU.
+        if stage == "fit":
+            self.init_from_data(self.trainer.datamodule, whiten=not self.trainer.ckpt_path)
+
+    def init_from_data(self, datamodule: L.LightningDataModule, whiten: bool = True) -> None:
+        """What a fit takes from its data before the first step: AirbenchNet's whitening (`whiten`: false on a
+        resume, whose checkpoint has it) and `class_weights=auto`. A loop other than Lightning's (the lab's plain
+        loop) calls it as setup does."""
+        if whiten and getattr(self.net, "whiten_init", False):
+            self.data_init_seconds = from_data.init_net(self.net, datamodule, self.device)
+        if self.hparams.class_weights == losses.AUTO:
+            counts = getattr(datamodule, "class_counts", None)
             if counts is None:
                 raise BriskError(
                     "model.class_weights=auto counts the train split of a brisk DataModule: fit with "
@@ -273,19 +280,25 @@ class ImageClassifier(L.LightningModule):
             return False
 
     def configure_optimizers(self):
+        # The trainer is read only when asked: a model with neither needs none (a Python user's first look).
+        return self.optimizers_for(
+            lambda: from_data.examples_per_step(self.trainer, self.hparams.optimizer),
+            lambda i: self.trainer.estimated_stepping_batches if i == "step" else self.trainer.max_epochs,
+        )
+
+    def optimizers_for(self, examples_per_step: Callable[[], int], total_steps: Callable[[str], int]):
+        """configure_optimizers' answer for a fit of `examples_per_step()` examples per optimizer step (asked only
+        by an optimizer stated per example) and `total_steps(interval)` scheduler steps (asked only by a schedule
+        that takes its length): a loop other than Lightning's builds the same optimizer and schedule from its own
+        counts."""
         h = self.hparams
         groups = param_groups.groups(self.net, h.weight_decay, h.backbone_lr_mult, h.get("norm_lr_mult", 1.0))
         make = instantiate(h.optimizer)
         if "examples_per_step" in inspect.signature(make.func).parameters:  # brisk.optim.PerExamplesSGD
-            make = functools.partial(make, examples_per_step=from_data.examples_per_step(self.trainer, h.optimizer))
+            make = functools.partial(make, examples_per_step=examples_per_step())
         optimizer = make(groups)
         param_groups.scale_lrs(optimizer)
-        if not self.hparams.scheduler:
+        if not h.scheduler:
             return optimizer
-        trainer = self.trainer
-        scheduler, interval = schedules.build(
-            self.hparams.scheduler,
-            optimizer,
-            lambda interval: trainer.estimated_stepping_batches if interval == "step" else trainer.max_epochs,
-        )
+        scheduler, interval = schedules.build(h.scheduler, optimizer, total_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}
