@@ -219,7 +219,7 @@ def speedrun(s: dict[str, Any]) -> str:
         ]
         for r in s["rows"]
     ]
-    header = ["recipe", "reached", "epochs to target", "steps to target", "seconds to target", "test acc (TTA)"]
+    header = ["recipe", "reached", "in epoch", "steps to target", "seconds to target", "test acc (TTA)"]
     o, c = s["overhead"], s["cost_per_step"]
     low, high = c["range_ms"]
     verdict = "within" if c["median_ms"] <= c["target_ms"] else "over"
