@@ -104,6 +104,23 @@ def skip_empty_hooks(obj: L.Callback | L.LightningModule) -> None:
             setattr(obj, hook, None)
 
 
+# Lightning's dispatch (trainer/call.py) sets the LightningModule's `_current_fx_name`, a str or None, before and
+# after every hook it calls: 32 times a step on the speedrun path.
+HOOK_NAME = "_current_fx_name"
+
+
+class QuickHookName:
+    """A LightningModule mixin that sets `_current_fx_name` as a plain attribute. nn.Module.__setattr__ first looks
+    for the name among parameters, buffers and submodules, and a str ends up a plain attribute anyway: 1.39 us a
+    set against 0.13 us on the 2-core VM, ~0.04 ms a step. What is stored is the same."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == HOOK_NAME:
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+
 def saves_on_steps(callback: ModelCheckpoint) -> bool:
     """Whether a ModelCheckpoint's on_train_batch_end can save: it has a step or a time trigger. Lightning keeps
     both privately, as the `every_n_train_steps` and `train_time_interval` it was made with."""
@@ -238,6 +255,7 @@ _USED = [
     (L.Trainer, "_logger_connector"),
     (_LoggerConnector, "should_update_logs"),
     (_FitLoop, "_should_accumulate"),
+    (L.LightningModule, HOOK_NAME),
 ]
 # Hydra's BasicSweeper (looked up when used: see basic_sweeper).
 _SWEEPER = ("_parse_config", "split_arguments", "get_job_batch", "is_done")
@@ -256,6 +274,7 @@ def missing() -> list[str]:
         _CheckpointConnector: getattr(trainer, "_checkpoint_connector", None),
         _SignalConnector: getattr(trainer, "_signal_connector", None),
         ModelCheckpoint: ModelCheckpoint(),
+        L.LightningModule: L.LightningModule(),
     }
     gone = [
         f"{owner.__module__}.{owner.__qualname__}.{name}"

@@ -97,7 +97,10 @@ def test_ctrl_c_while_fit_sets_up_the_data_is_interrupted_130(project):
     args = [*BASE, "data._target_=test_hostile_errors.SigintInSetup", f"hydra.run.dir={run_dir}"]
     env = env_with_tests()
     env["PYTHONPATH"] += os.pathsep + str(Path(__file__).parent)  # this module, for its SigintInSetup
-    proc = run_cli("train", args, project, check=False, env=env, timeout=120)
+    # Ctrl-C as a terminal delivers it: a shell without job control starts background commands with SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler (this test failed so under `bash .ci/run &`).
+    interruptible = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    proc = run_cli("train", args, project, check=False, env=env, timeout=120, preexec_fn=interruptible)
     assert proc.returncode == 128 + signal.SIGINT, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert "Detected KeyboardInterrupt" in proc.stdout + proc.stderr, "the signal did not arrive inside Trainer.fit"

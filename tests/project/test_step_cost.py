@@ -179,3 +179,43 @@ def test_brisk_model_checkpoint_keeps_lightnings_state_key():
     assert callable(ModelCheckpoint(every_n_train_steps=5, **args).on_train_batch_end)
     assert LastCheckpoint(dirpath="x").on_train_batch_end is None
     assert callable(LastCheckpoint(dirpath="x", every_n_train_steps=5).on_train_batch_end)
+
+
+ONE_EPOCH_OF_3 = [
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=3",
+    "trainer.limit_val_batches=1",
+    "trainer.log_every_n_steps=1",
+]
+
+
+def test_lightnings_hook_name_is_set_without_module_setattr(brisk_root, monkeypatch):
+    """Lightning sets the module's `_current_fx_name` around every hook it calls; brisk's classifier stores it
+    without nn.Module.__setattr__'s lookups (compat.QuickHookName), and self.log, which reads it, still works."""
+    trainer, datamodule, model = build(compose_cfg([*TINY, *ONE_EPOCH_OF_3], brisk_root))
+    through_module = []
+    module_setattr = torch.nn.Module.__setattr__
+
+    def spy(self, name, value):
+        if self is model:
+            through_module.append(name)
+        module_setattr(self, name, value)
+
+    monkeypatch.setattr(torch.nn.Module, "__setattr__", spy)
+    trainer.fit(model, datamodule)
+    assert compat.HOOK_NAME not in through_module
+    assert model._current_fx_name is None and "train/loss_step" in trainer.logged_metrics
+
+
+def test_the_trainer_profiles_nothing_unless_a_profiler_is_named(brisk_root):
+    """Lightning's default profiler enters a contextlib generator around every hook; brisk's NoProfiler hands back
+    one null context. A profiler the config names is the one the Trainer gets."""
+    from lightning.pytorch.profilers import SimpleProfiler
+
+    from brisk.run.profiler import NoProfiler
+
+    trainer, _, _ = build(compose_cfg(TINY, brisk_root))
+    assert type(trainer.profiler) is NoProfiler
+    assert trainer.profiler.profile("[Callback]a.on_train_batch_end") is trainer.profiler.profile("b")
+    named, _, _ = build(compose_cfg([*TINY, "debug=profiler"], brisk_root))
+    assert type(named.profiler) is SimpleProfiler

@@ -37,7 +37,7 @@ def check_optimizer(optimizer: Mapping[str, Any]) -> None:
         )
 
 
-class ImageClassifier(L.LightningModule):
+class ImageClassifier(compat.QuickHookName, L.LightningModule):
     """Cross-entropy classification of images by any net.
 
     Args:

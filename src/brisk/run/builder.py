@@ -24,6 +24,7 @@ from brisk.checkpoints.io import SafeCheckpointIO
 from brisk.models.build import build_model
 from brisk.run import launch
 from brisk.run.precision import resolve
+from brisk.run.profiler import NoProfiler
 
 __all__ = ["always_on", "build_datamodule", "build_model", "make_trainer"]
 
@@ -41,12 +42,14 @@ def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.T
         callbacks.append(ModelSummary())
     # Checkpoints are written by temp file + rename and always read with weights_only=True.
     plugins = [SafeCheckpointIO(), *instantiate(cfg.trainer.get("plugins") or [])]
+    quiet = {} if cfg.trainer.get("profiler") else {"profiler": NoProfiler()}
     trainer = instantiate(
         cfg.trainer,
         precision=precision,
         callbacks=callbacks,
         logger=_instantiate_all(cfg.get("logger")),
         plugins=plugins,
+        **quiet,
     )
     for callback in trainer.callbacks:  # with those Lightning adds itself (the model summary)
         compat.skip_empty_hooks(callback)
