@@ -21,10 +21,12 @@ import pytest
 # The lab is removable (tests/test_lab_boundary.py): without it these tests skip, so its imports come after.
 pytest.importorskip("brisk_lab")
 
+import lightning as L
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from brisk import build
 from brisk.cli import unknown_group_option
 from brisk.data import augment as aug
 from brisk.errors import BriskError
@@ -185,6 +187,14 @@ def test_plain_loop_and_brisk_fit_reach_the_same_loss_on_the_speedrun_path(brisk
     assert plain_loop(without, warmup=1, steps=11)["loss"] != pytest.approx(plain["loss"], rel=1e-5), (
         "the plain loop must apply Lookahead's pull: without it the loss differs"
     )
+
+
+def test_lab_fits_carry_no_checkpoint_callback(brisk_root, tmp_path):
+    """The lab drops brisk's checkpoint callbacks; unless it also turns checkpointing off, Lightning adds its own
+    ModelCheckpoint, a hook on every step the plain loop has not and a file written at each timed fit's end."""
+    trainer, _, _ = build(compose_bench([*TINY, f"paths.output_dir={tmp_path}"], brisk_root))
+    assert trainer.checkpoint_callback is None
+    assert not [c for c in trainer.callbacks if isinstance(c, L.pytorch.callbacks.ModelCheckpoint)]
 
 
 def test_speedrun_part_tables_every_row_and_keeps_the_unreached(brisk_root):
