@@ -31,7 +31,8 @@ def plan(spec: DictConfig, compose: Callable[[list[str], str], DictConfig] = com
     """Every fit's config, composed before any runs: {row: {seed: config}} and the nil-compute config.
     `compose(overrides, where)`: the lab's compose_with, or in a test one without brisk-bench's command line."""
     base = [*spec.overrides, *spec.ablation]
-    rows = {ALL_ON: [], **{name: list(off) for name, off in spec.parts.items()}}
+    # parts=null: the all-on row alone (a command-line {} merges into the parts, it does not empty them).
+    rows = {ALL_ON: [], **{name: list(off) for name, off in (spec.parts or {}).items()}}
     fits = {
         name: {seed: compose([*base, *off, f"seed={seed}"], f"bench.speedrun.parts.{name}") for seed in spec.seeds}
         for name, off in rows.items()

@@ -293,6 +293,15 @@ def test_every_lever_value_of_every_preset_composes(preset, brisk_root):
     planned = speedrun.plan(spec, lambda overrides, where: compose_bench([*base, *overrides], brisk_root))
     assert planned["overhead"].model.net._target_ == "brisk_lab.nets.NilNet"
     assert all(c.target_acc for seeds in planned["fits"].values() for c in seeds.values())
+    assert set(planned["fits"]) == {speedrun.ALL_ON, *bench.speedrun.parts}
+
+
+def test_speedrun_parts_null_plans_the_all_on_row_alone(brisk_root):
+    """The cost per step without the ablation's rows: bench.speedrun.parts=null (a command-line {} would merge)."""
+    tiny = [o for o in TINY if not o.startswith("model.net")]
+    bench = compose_bench([*tiny, "bench.speedrun.parts=null", "bench.speedrun.seeds=[0]"], brisk_root).bench
+    planned = speedrun.plan(bench.speedrun, lambda overrides, where: compose_bench(overrides, brisk_root))
+    assert list(planned["fits"]) == [speedrun.ALL_ON] and planned["rows"] == {speedrun.ALL_ON: []}
 
 
 @pytest.mark.slow  # the whole lab end to end (~40 s); its parts are tested in process above
