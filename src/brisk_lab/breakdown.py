@@ -18,7 +18,7 @@ import lightning as L
 import torch.nn.functional as F
 from omegaconf import DictConfig, open_dict
 
-from brisk import always_on, build_datamodule, build_model, build_trainer
+from brisk import always_on, build_model, build_trainer
 from brisk_lab.fit import DataCache, timed_fit, with_clock
 from brisk_lab.plain import plain_loop
 from brisk_lab.stats import in_turn, median, spread
@@ -72,22 +72,23 @@ def measure_row(cfg: DictConfig, row: tuple, warmup: int, steps: int, data: Data
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         trainer = build_trainer(cfg, always_on() if reliability else [])
         model = build_model(cfg)
-        datamodule = data.get(cfg.data, build_datamodule(cfg))
+        datamodule = data.get(cfg)
         return timed_fit(trainer, datamodule, model if brisk_module else BareStep(model))
 
 
 def compare(cfg: DictConfig, warmup: int, steps: int, rounds: int, data: DataCache) -> dict:
     plain, timed = [], {row[0]: [] for row in ROWS}
+    plain_data = DataCache()  # the plain loop's own, read once (see overhead.compare)
     for r in range(rounds):
         sides = [("plain", None), *((row[0], row) for row in ROWS)]
         for label, row in in_turn(sides, r):
             if row is None:
-                plain.append(plain_loop(cfg, warmup, steps)["batch_s"])
+                plain.append(plain_loop(cfg, warmup, steps, data=plain_data)["batch_s"])
             else:
                 timed[label].append(measure_row(cfg, row, warmup, steps, data)["batch_s"])
     # Function calls per step, which read the same on every run: the rounds' clocks scatter by more than
     # what one callback costs, the counts do not. One counted fit per side (counting slows it down).
-    plain_calls = plain_loop(cfg, warmup, CALL_STEPS, count_calls=True)["calls_per_step"]
+    plain_calls = plain_loop(cfg, warmup, CALL_STEPS, count_calls=True, data=plain_data)["calls_per_step"]
     rows, previous, previous_calls = [], 0.0, 0.0
     for row in ROWS:
         label = row[0]

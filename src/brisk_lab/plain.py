@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from brisk import BriskError, build_datamodule, build_model, resolve_precision, small_ops
 from brisk_lab.clock import Window
+from brisk_lab.fit import DataCache
 from brisk_lab.memory import PeakMemory
 
 
@@ -57,7 +58,9 @@ def optimizers(model, cfg: DictConfig, steps_per_epoch: int):
     return made["optimizer"], schedule["scheduler"], schedule["interval"], total
 
 
-def plain_loop(cfg: DictConfig, warmup: int, steps: int, count_calls: bool = False) -> dict:
+def plain_loop(
+    cfg: DictConfig, warmup: int, steps: int, count_calls: bool = False, data: DataCache | None = None
+) -> dict:
     if int(cfg.trainer.get("accumulate_grad_batches", 1)) != 1:
         raise BriskError(
             "trainer.accumulate_grad_batches: the overhead part compares single steps. Use accumulation=1."
@@ -65,8 +68,9 @@ def plain_loop(cfg: DictConfig, warmup: int, steps: int, count_calls: bool = Fal
     device = device_of(cfg)
     autocast, scaler = _autocast(resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator)), device)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    # Its own DataModule, never one a fit has used (that one would follow its Trainer's epoch and rank).
-    datamodule = build_datamodule(cfg)
+    # Its own DataModule, never one a fit has used (that one would follow its Trainer's epoch and rank): `data`, if
+    # given, is a cache that only plain loops draw from.
+    datamodule = data.get(cfg) if data is not None else build_datamodule(cfg)
     model = build_model(cfg, datamodule)
     datamodule.prepare_data()
     datamodule.setup("fit")

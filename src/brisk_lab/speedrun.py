@@ -53,8 +53,7 @@ def run_fit(cfg: DictConfig, data: DataCache) -> dict:
         with open_dict(cfg):
             cfg.paths.output_dir = scratch
         L.seed_everything(cfg.seed, workers=True, verbose=False)
-        trainer, datamodule, model = build(cfg)
-        datamodule = data.get(cfg.data, datamodule)
+        trainer, datamodule, model = build(cfg, data.get(cfg))
         trainer.fit(model, datamodule=datamodule)
         trainer.test(model, datamodule=datamodule, verbose=False)
         clock = next(c for c in trainer.callbacks if isinstance(c, TimeToAccuracy))  # target_acc puts it there

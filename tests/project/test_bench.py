@@ -162,6 +162,22 @@ def test_plain_loop_and_brisk_fit_reach_the_same_loss(tiny_bench):
     assert brisk["epoch_batches"] == 15 and brisk["peak_mb"] > brisk["added_mb"] > 0
 
 
+def test_data_cache_shares_a_read_split_within_a_seed_only(tiny_bench):
+    """Fits of the same data and seed share one DataModule, read once, and train as from a fresh one; another seed
+    gets its own, since a DataModule orders its epochs by the seed it was made under."""
+    data, plain_data = DataCache(), DataCache()
+    first = measure_fit(tiny_bench, warmup=1, steps=4, data=data)
+    assert measure_fit(tiny_bench, warmup=1, steps=4, data=data)["loss"] == first["loss"]
+    plain = [plain_loop(tiny_bench, warmup=1, steps=4, data=plain_data)["loss"] for _ in range(2)]
+    assert plain[0] == plain[1] == pytest.approx(first["loss"], rel=1e-5)
+    other = tiny_bench.copy()
+    other.seed = tiny_bench.seed + 1
+    L.seed_everything(other.seed, verbose=False)
+    module = data.get(other)
+    assert module is not data.get(tiny_bench) and module.order_seed == other.seed
+    assert data.get(other) is module
+
+
 # experiment=speedrun as the lab composes it, small: one epoch, so Lookahead's pull at step 10 is a real one
 # (at step 5 it barely moves the weights), and the schedule, whitening and alternating flips all change the loss.
 TINY_SPEEDRUN = [o for o in TINY if not o.startswith("model.net.")] + ["model.net.widths=[16,32,32]"]

@@ -23,7 +23,11 @@ def build_trainer(
     return launch.on_all_ranks(lambda: make_trainer(cfg, extra_callbacks))
 
 
-def build(cfg: DictConfig) -> tuple[L.Trainer, L.LightningDataModule, L.LightningModule]:
-    """Trainer (with the callbacks brisk-train always has), DataModule and model, checked and ready to fit."""
-    datamodule = build_datamodule(cfg)  # first: the pre-flight checks read the data through it
+def build(
+    cfg: DictConfig, datamodule: L.LightningDataModule | None = None
+) -> tuple[L.Trainer, L.LightningDataModule, L.LightningModule]:
+    """Trainer (with the callbacks brisk-train always has), DataModule and model, checked and ready to fit.
+    `datamodule`: one already made from this config (the lab reuses what it has read), else a new one."""
+    if datamodule is None:
+        datamodule = build_datamodule(cfg)  # first: the pre-flight checks read the data through it
     return build_trainer(cfg, always_on(cfg.get("target_acc")), datamodule), datamodule, build_model(cfg, datamodule)
