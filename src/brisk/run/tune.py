@@ -2,8 +2,10 @@
 
 The finder's value is printed as an override line (`optimizer.lr=0.0123`, `data.batch_size=256`), written
 to tune.json, and, for the LR finder, drawn in lr_find.png; then the run ends without training, so the
-value is a decision the user makes. Both finders run in one process: Lightning's BatchSizeFinder refuses
-distributed strategies, and LR finding under DDP would only repeat the same search on every rank.
+value is a decision the user makes. The LR finder runs its whole range whatever trainer.max_epochs says, and
+brisk reads its curve itself (brisk.search.lr_curve); a curve that suggests nothing is said in one line.
+Both finders run in one process: Lightning's BatchSizeFinder refuses distributed strategies, and LR finding
+under DDP would only repeat the same search on every rank.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ import os
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.callbacks import BatchSizeFinder, LearningRateFinder
 from lightning.pytorch.tuner import Tuner
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from brisk.errors import BriskError
 from brisk.run import checks
 from brisk.run.builder import build_datamodule, build_model
 from brisk.run.prepare import build_trainer
+from brisk.search import lr_curve
+from brisk.utils.files import published, write_text
 
 log = logging.getLogger("brisk")
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
@@ -83,6 +88,8 @@ def tune(cfg: DictConfig) -> None:
     L.seed_everything(cfg.seed, workers=True)
     args = OmegaConf.to_container(cfg.tune, resolve=True)
     method = args.pop("method")
+    if method == "lr_find":
+        cfg = _whole_range(cfg, args["num_training"])
     trainer, datamodule, model = build_trainer(cfg), build_datamodule(cfg), build_model(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     tuner = Tuner(trainer)
@@ -91,14 +98,16 @@ def tune(cfg: DictConfig) -> None:
         # update_attr=False: the LR lives in optimizer.lr of the config, which the finder cannot reach; brisk
         # prints it instead. The finder sets each param group's LR itself, so it needs no attribute.
         finder = tuner.lr_find(model, datamodule=datamodule, update_attr=False, **args)
-        lr = finder.suggestion() if finder is not None else None
-        if lr is None:
-            raise BriskError(
-                "the LR finder recorded too few finite losses to suggest a learning rate: raise tune.num_training "
-                "or lower tune.max_lr."
-            )
-        result["plot"] = _plot(finder, run_dir / "lr_find.png")
-        line = f"optimizer.lr={lr:.3g}"
+        recorded = finder.results if finder is not None else {"lr": [], "loss": []}
+        found = lr_curve.suggest(recorded["lr"], lr_curve.unsmooth(recorded["loss"]))
+        result["plot"] = _plot(found, run_dir / "lr_find.png")
+        result["reason"] = found.reason
+        result["curve"] = {"lr": found.lrs, "loss": found.losses, "smoothed": found.smoothed}
+        if found.lr is None:  # one line in place of the value; tune.json holds "override": null
+            result["override"] = None
+            line = f"tune=lr suggests no learning rate: {found.reason}. See lr_find.png."
+        else:
+            line = result["override"] = f"optimizer.lr={found.lr:.3g}"
     else:  # scale_batch_size (check_args refused any other)
         # A batch larger than the training split yields no batches, which Lightning's power scaling counts as a
         # success, and its max_val stops it on a size it never tried (lightning 2.6.6: 2048 "fits" 1500 images).
@@ -110,14 +119,26 @@ def tune(cfg: DictConfig) -> None:
         args["max_trials"] = min(args["max_trials"], int(math.log2(n_train / args["init_val"])) + 1)
         # Lightning finds data.batch_size in the DataModule's hparams (lightning_getattr) and sets it there.
         size = tuner.scale_batch_size(model, datamodule=datamodule, batch_arg_name="batch_size", **args)
-        line = f"data.batch_size={size}"
-    result["override"] = line
-    (run_dir / "tune.json").write_text(json.dumps(result, indent=2) + "\n")
+        line = result["override"] = f"data.batch_size={size}"
+    write_text(run_dir / "tune.json", json.dumps(result, indent=2) + "\n")
     print(line, flush=True)
     print(run_dir, flush=True)  # the last line: the run directory
 
 
-def _plot(finder, path: Path) -> str | None:
+def _whole_range(cfg: DictConfig, num_training: int) -> DictConfig:
+    """The config with the fit loop's limits lifted to the finder's steps. Lightning's finder sets max_steps but
+    keeps max_epochs: the shipped max_epochs=10 at 3 batches an epoch cut a 100-step search at 30 steps, and Lightning
+    then says it "stopped early due to diverging loss" (it says so whenever fewer steps ran). max_epochs=-1 alone
+    would make trainer.estimated_stepping_batches infinite, which the onecycle schedule cannot take, so
+    max_steps=num_training bounds it (the finder replaces the schedule anyway)."""
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        cfg.trainer.max_epochs, cfg.trainer.max_steps = -1, num_training
+        cfg.trainer.min_epochs = cfg.trainer.min_steps = None  # they would keep the finder going past a divergence
+    return cfg
+
+
+def _plot(found: lr_curve.Suggestion, path: Path) -> str | None:
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -125,7 +146,19 @@ def _plot(finder, path: Path) -> str | None:
         return None
     fig = Figure(figsize=(5, 3.5), layout="constrained")
     ax = fig.subplots()
-    finder.plot(suggest=True, ax=ax)  # Lightning labels the axes (learning rate, loss) and marks the suggestion
+    ax.plot(found.lrs, found.losses, color="0.75", linewidth=0.8, label="loss per step")
+    ax.plot(found.lrs, found.smoothed, color="C0", label="smoothed")
+    if found.index is not None:
+        i = found.index
+        ax.plot(found.lrs[i], found.smoothed[i], "o", color="red", label=f"suggested: {found.lr:.3g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("training loss")
+    if found.smoothed:  # a divergence's losses (35 after 2.5, measured) would flatten the rest into one line
+        smoothed = np.asarray(found.smoothed)
+        ax.set_ylim(top=smoothed[: smoothed.argmin() + 1].max() * 1.25)
+    ax.legend(fontsize="small")
     ax.set_title("LR finder: training loss by learning rate")
-    fig.savefig(path, dpi=110)
+    with published(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     return str(path)
