@@ -26,6 +26,9 @@ _PUBLIC = {
     "sync": (".callbacks.speed_meter", "sync"),
     "hardware": (".run.summary", "hardware"),
     "write_json": (".run.summary", "write"),
+    "write_text": (".utils.files", "write_text"),
+    "published": (".utils.files", "published"),
+    "table_cell": (".utils.tables", "cell"),
     "small_ops": (".utils.threads", "small_ops"),
     "TimeToAccuracy": (".callbacks.time_to_accuracy", "TimeToAccuracy"),
 }

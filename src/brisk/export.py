@@ -21,7 +21,7 @@ from brisk.errors import BriskError
 from brisk.run import checks
 from brisk.run import summary as run_summary
 from brisk.run.builder import build_datamodule
-from brisk.utils.files import published
+from brisk.utils.files import published, write_text
 
 FORMATS, QUANTIZE = ("onnx",), (None, "int8")
 
@@ -100,7 +100,7 @@ def export(cfg: DictConfig) -> dict:
         "hardware": run_summary.hardware(),
     }
     run_summary.write(run_dir / "export.json", summary)
-    (run_dir / "export.md").write_text(table)
+    write_text(run_dir / "export.md", table)
     print(table, flush=True)
     print(run_dir, flush=True)  # the last line, as every brisk command
     return summary

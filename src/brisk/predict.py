@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,7 +29,8 @@ from brisk.errors import BriskError
 from brisk.run import checks
 from brisk.run.builder import build_datamodule
 from brisk.run.prepare import build_trainer
-from brisk.utils.files import published
+from brisk.utils.files import write_text
+from brisk.utils.tables import csv_rows
 
 KEYS = Keys(max_pixels="max_pixels", skip_bad=None)  # predict's own bound; it has no setting to skip a file
 
@@ -106,7 +108,9 @@ class CsvWriter(BasePredictionWriter):
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx):
         probs, classes = prediction.float().topk(min(self.top_k, prediction.shape[-1]), dim=-1)
-        with self.part(trainer.global_rank).open("a", newline="") as f:
+        # Never through a link planted at the part's fixed name (O_NOFOLLOW): on_predict_start removed any file there.
+        fd = os.open(self.part(trainer.global_rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with open(fd, "a", newline="") as f:
             out = csv.writer(f)
             for row, p, c in zip(batch[1].tolist(), probs.tolist(), classes.tolist(), strict=True):
                 out.writerow(
@@ -128,10 +132,8 @@ class CsvWriter(BasePredictionWriter):
             f"top{i}_{c}" for i in range(2, k + 1) for c in ("class", "probability")
         ]
         out = self.run_dir / "predictions.csv"
-        with published(out) as tmp, tmp.open("w", newline="") as f:  # never a half-written predictions.csv
-            writer = csv.writer(f)
-            writer.writerow(header)
-            writer.writerows([str(path), *rows[i]] for i, path in enumerate(paths))
+        # written whole, and every cell one a spreadsheet cannot run (file and class names are anyone's)
+        write_text(out, csv_rows([header, *([str(path), *rows[i]] for i, path in enumerate(paths))]))
         for rank in range(world_size):
             self.part(rank).unlink(missing_ok=True)
         return out

@@ -13,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from brisk import BriskError, quote_group_options
+from brisk import BriskError, quote_group_options, write_text
 
 
 def task_overrides() -> list[str]:
@@ -59,8 +59,7 @@ def run_child(extra: list[str], run_dir: Path, warmup: int, steps: int, timeout_
     result = run_dir / "bench.json"
     if proc.returncode != 0 or not result.is_file():
         log_file = run_dir / "child.log"  # the child's whole output: the error stays one line
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        log_file.write_text(proc.stdout + proc.stderr)
+        write_text(log_file, proc.stdout + proc.stderr)
         last = next((line for line in reversed((proc.stdout + proc.stderr).splitlines()) if line.strip()), "")
         raise BriskError(
             f"bench: the run `{' '.join(extra)}` failed (exit {proc.returncode}): {last.strip()[:300]} "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from brisk import published
+
 
 def _pyplot():
     import matplotlib
@@ -29,7 +31,8 @@ def pipeline(p: dict, path: Path) -> None:
     _bars(ax, ["classic (PIL)", "brisk", "brisk, resident"], rates, ["#999", "#2a7", "#27a"])
     ax.set_title(f"Input pipeline, batch {p['batch_size']}: brisk {p['ratio']:.1f}x classic", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with published(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
 
 
@@ -54,7 +57,8 @@ def overhead(o: dict[str, dict], path: Path) -> None:
     ax.legend(fontsize=8)
     ax.set_title("Framework overhead: brisk fit vs plain PyTorch loop", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with published(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
 
 
@@ -75,5 +79,6 @@ def lever(name: str, result: dict, path: Path) -> None:
     ax.set_xlabel(name)
     ax.set_title(f"Lever: {name}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with published(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)

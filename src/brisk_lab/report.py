@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from brisk import table_cell
+
 
 def _n(value: float | None, digits: int = 0) -> str:
     if value is None:
@@ -17,10 +19,10 @@ def _x(ratio: float) -> str:
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = [
-        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(map(table_cell, header)) + " |",
         "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
     ]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+    return "\n".join(lines + ["| " + " | ".join(map(table_cell, r)) + " |" for r in rows])
 
 
 def pipeline(p: dict[str, Any]) -> str:

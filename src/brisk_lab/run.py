@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from brisk import BriskError, hardware, resolve_precision, write_json
+from brisk import BriskError, hardware, resolve_precision, write_json, write_text
 from brisk_lab import augment_cost, breakdown, levers, overhead, pipeline, plots, report, speedrun
 from brisk_lab.compose import compose_with, task_overrides
 from brisk_lab.fit import DataCache, measure_fit
@@ -152,7 +152,7 @@ def write(results: dict, run_dir: Path) -> str:
     """bench.json and bench.md, rewritten after every part: a stopped lab keeps what it measured."""
     write_json(run_dir / "bench.json", results)
     text = markdown(results)
-    (run_dir / "bench.md").write_text(text)
+    write_text(run_dir / "bench.md", text)
     return text
 
 

@@ -27,15 +27,19 @@ io.save_checkpoint({"w": torch.ones(int(sys.argv[3]))}, sys.argv[2])
 BIG = 32_000_000  # 128 MB of float32: a write that takes a few hundred ms, long enough to kill it halfway
 
 
+def leftover(target: Path) -> Path | None:
+    """The temporary file of a safe write of `target` (brisk.utils.files.published: a random name, the suffix kept)."""
+    return next(target.parent.glob(f".{target.name}.*.tmp{target.suffix}"), None)
+
+
 def kill_mid_write(io: str, target: Path, env: dict | None = None) -> None:
     """Start writing a new checkpoint over `target` and SIGKILL the writer once the write has begun."""
     old = target.read_bytes()
-    growing = target.with_name(f".{target.name}.tmp") if io == "safe" else target
     proc = subprocess.Popen([sys.executable, "-c", WRITER, io, str(target), str(BIG)], env=env)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
-            if io == "safe" and growing.exists() and growing.stat().st_size > 0:
+            if io == "safe" and (growing := leftover(target)) and growing.stat().st_size > 0:
                 break
             if io == "lightning" and target.stat().st_size != len(old):  # truncated by open(), then growing
                 break
@@ -68,9 +72,9 @@ def test_a_write_killed_halfway_keeps_the_old_checkpoint(tmp_path):
     torch.save({"w": torch.zeros(3)}, target)
     kill_mid_write("safe", target)
     assert torch.equal(torch.load(target, weights_only=True)["w"], torch.zeros(3))  # the old one, whole
-    partial = target.with_name(".last.ckpt.tmp")
-    assert partial.exists() and partial.stat().st_size < BIG * 4, "the kill did not land during the write"
-    # The next save replaces the leftover and the target in one go.
+    partial = leftover(target)
+    assert partial and partial.stat().st_size < BIG * 4, "the kill did not land during the write"
+    # The next save removes the leftover (its writer is dead: no one holds its lock) and replaces the target.
     from brisk.checkpoints.io import SafeCheckpointIO
 
     SafeCheckpointIO().save_checkpoint({"w": torch.ones(3)}, target)

@@ -100,7 +100,7 @@ def interrupt_and_resume(root: Path, run_dir: Path, extra: list[str], min_step: 
         wait_for_step(proc, last, min_step)
         rc, _, err = stop(proc, sig)
     assert not (run_dir / "summary.json").exists(), "the run finished before it was stopped"
-    assert not list(run_dir.glob("checkpoints/.*.tmp")), "a temporary checkpoint was left behind"
+    assert not list(run_dir.glob("checkpoints/.*.tmp*")), "a temporary checkpoint was left behind"
     resumed_from = checkpoint_step(last)
     proc = run_cli("train", [*args, "ckpt_path=last"], root, env=env)
     assert f"Restoring states from the checkpoint path at {last}" in proc.stdout + proc.stderr

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import lightning as L
 
+from brisk.utils.files import published
+
 # train/ce is logged beside the optimized train/loss only with an L1 term (model.l1): it is what val/loss compares to.
 CURVES = {"loss": ("train/loss", "train/ce", "val/loss"), "accuracy": ("train/acc", "val/acc")}
 
@@ -22,6 +24,11 @@ def _figure(**kw):
 
     fig = Figure(figsize=kw.pop("figsize", (5, 3.5)))
     return fig, fig.add_subplot()
+
+
+def _save(fig, path: Path) -> None:
+    with published(path) as tmp:  # whole or not at all, never through a link planted in the run directory
+        fig.savefig(tmp, dpi=100)
 
 
 class RunPlots(L.Callback):
@@ -82,7 +89,7 @@ class RunPlots(L.Callback):
         ax.legend()
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(self.dirpath / f"{name}.png", dpi=100)
+        _save(fig, self.dirpath / f"{name}.png")
 
     def _lr(self) -> None:
         fig, ax = _figure()
@@ -99,7 +106,7 @@ class RunPlots(L.Callback):
         ax.set_title("learning rate schedule")
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(self.dirpath / "lr.png", dpi=100)
+        _save(fig, self.dirpath / "lr.png")
 
     def _confusion(self, counts: list[list[int]], class_names: list[str]) -> None:
         n = len(counts)
@@ -118,4 +125,4 @@ class RunPlots(L.Callback):
         ax.set_ylabel("true class")
         ax.set_title(f"test confusion matrix ({sum(map(sum, counts))} images)")
         fig.tight_layout()
-        fig.savefig(self.dirpath / "confusion_matrix.png", dpi=100)
+        _save(fig, self.dirpath / "confusion_matrix.png")

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from brisk.deploy.onnx import INPUT, OUTPUT
+from brisk.utils.tables import cell
 
 
 def images_per_sec(sessions: dict[str, Any], images: np.ndarray, runs: int) -> dict[str, float]:
@@ -47,8 +48,8 @@ def markdown(rows: list[dict[str, Any]], threads: int, batch: int) -> str:
         "| max abs logit diff vs PyTorch fp32 |\n|---|---|---:|---:|---:|---:|\n"
     )
     lines = [
-        f"| {r['model']} | {r['file']} | {r['bytes'] / 1024:.1f} | {r['test_acc']:.4f} | {r['images_per_sec']:.0f} "
-        f"| {r['max_abs_logit_diff']:.2g} |"
+        f"| {cell(r['model'])} | {cell(r['file'])} | {r['bytes'] / 1024:.1f} | {r['test_acc']:.4f} "
+        f"| {r['images_per_sec']:.0f} | {r['max_abs_logit_diff']:.2g} |"
         for r in rows
     ]
     return head + "\n".join(lines) + "\n"

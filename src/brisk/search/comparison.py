@@ -21,7 +21,7 @@ import yaml
 from brisk.errors import BriskError, first_line
 from brisk.search.sweep_plot import varying
 from brisk.utils.files import published, write_text
-from brisk.utils.tables import csv_text, markdown
+from brisk.utils.tables import csv_text, markdown, printable
 
 log = logging.getLogger("brisk")
 NAMES = ("comparison.csv", "comparison.md", "comparison.png")
@@ -57,7 +57,7 @@ def _overrides(run_dir: Path, summary: dict) -> list[str]:
             if isinstance(given, list):
                 return [str(o) for o in given]
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            log.warning("%s: not readable (%s); using summary.json's overrides", saved, first_line(e))
+            log.warning("%s: not readable (%s); using summary.json's overrides", printable(str(saved)), first_line(e))
     given = summary.get("overrides")
     return [str(o) for o in given] if isinstance(given, list) else []
 
@@ -75,7 +75,8 @@ def gather(folder: Path) -> list[dict[str, Any]]:
             if not isinstance(summary, dict):
                 raise ValueError(f"a JSON {type(summary).__name__}, not an object")
         except (OSError, UnicodeDecodeError, ValueError) as e:
-            log.warning("%s: skipped, not a readable summary (%s)", path, first_line(e))
+            # printable: a run folder's name may hold terminal escape sequences
+            log.warning("%s: skipped, not a readable summary (%s)", printable(str(path)), first_line(e))
             continue
         run = path.parent.relative_to(folder).as_posix()
         name = run if run != "." else path.parent.name  # the folder is itself a run
@@ -128,7 +129,7 @@ def plot(rows: list[dict[str, Any]], swept: list[str], path: Path) -> bool:
         log.info("%s skipped: matplotlib is not installed (pip install -e '.[plots]')", path.name)
         return False
     drawn = [r for r in rows if isinstance(r.get(metric), int | float) and math.isfinite(r[metric])]
-    labels = [" ".join([r["run"], *(f"{k}={r[k]}" for k in swept if r.get(k) != "")]) for r in drawn]
+    labels = [printable(" ".join([r["run"], *(f"{k}={r[k]}" for k in swept if r.get(k) != "")])) for r in drawn]
     fig = Figure(figsize=(11, 1.2 + 0.35 * len(drawn)), layout="constrained")
     bars, timed = fig.subplots(1, 2, width_ratios=[3, 2])
     bars.barh(range(len(drawn)), [r[metric] for r in drawn], color="#2a7")
@@ -140,7 +141,7 @@ def plot(rows: list[dict[str, Any]], swept: list[str], path: Path) -> bool:
     if times:
         timed.scatter([t for t, _, _ in times], [v for _, v, _ in times], color="#36c")
         for t, v, run in times:
-            timed.annotate(run[:20], (t, v), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            timed.annotate(printable(run)[:20], (t, v), fontsize=7, xytext=(3, 3), textcoords="offset points")
         timed.set_xlabel("fit seconds")
         timed.set_ylabel(metric)
         timed.set_title(f"{metric} against training time", fontsize=9)

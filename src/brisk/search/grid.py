@@ -16,6 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from brisk import compat
+from brisk.utils.files import write_text
 
 
 def sweep(basic: Any, arguments: list[str]) -> list[Any]:
@@ -26,7 +27,7 @@ def sweep(basic: Any, arguments: list[str]) -> list[Any]:
     basic.overrides = basic.split_arguments(overrides, basic.max_batch_size)
     sweep_dir = Path(basic.config.hydra.sweep.dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(basic.config, sweep_dir / "multirun.yaml")  # as Hydra's sweeper does
+    write_text(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(basic.config))  # as Hydra's sweeper does
     returns, first = [], 0
     while not basic.is_done():
         batch = basic.get_job_batch()

@@ -22,6 +22,7 @@ from brisk.search import results, space, trials
 from brisk.search import storage as storages
 from brisk.search import study as studies
 from brisk.search.sweep import conclude, outcome
+from brisk.utils.files import write_text
 
 log = logging.getLogger("brisk")
 # Seconds between looks at a study whose last trials other searches are running.
@@ -45,7 +46,7 @@ def search(sweeper, arguments: list[str]) -> list[Any]:
     study, storage = studies.create(settings, url, trial_space.grid)
     # Every check has passed: only now does the search write its sweep directory (a refused one leaves none).
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(config, sweep_dir / "multirun.yaml")
+    write_text(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(config))
     before = trials.finished(study.get_trials(deepcopy=False))
     log.info("study %s in %s: %d of %d trials done", settings.study_name, url, before, settings.n_trials)
 

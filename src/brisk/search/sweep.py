@@ -13,6 +13,7 @@ import csv
 import fcntl
 import io
 import logging
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -108,7 +109,13 @@ def _folder(run_dir: str) -> str:
 def append(path: Path, row: dict[str, Any]) -> None:
     """Add a row to the table. Jobs of one sweep may end at the same moment in different processes (joblib,
     submitit), so the read-modify-write holds an exclusive lock on a file beside the table."""
-    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+    # A link planted at the lock's fixed name must not create or open a file elsewhere: a real lock is never a
+    # link, so one there is removed, and O_NOFOLLOW refuses one planted after that.
+    lock_path = path.with_name(f".{path.name}.lock")
+    if lock_path.is_symlink():
+        lock_path.unlink()
+    lock_fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    with open(lock_fd, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         rows = list(csv.DictReader(io.StringIO(path.read_text()))) if path.is_file() else []
         write_text(path, csv_text([*rows, row], FIELDS))  # rewritten whole: never a half-written table
