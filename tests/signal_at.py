@@ -9,7 +9,10 @@ import time
 
 import lightning as L
 
+from brisk.registry import CALLBACKS
 
+
+@CALLBACKS.register("sigterm_at")  # a run names it: imports=[signal_at] +callbacks.x.type=sigterm_at
 class SigtermAt(L.Callback):
     """SIGTERM (or `signum`) at `hook` of `epoch` (and batch `batch` for train_batch_end), on every rank or on
     `rank` only; when `sent` names a file, the time it was sent goes there."""

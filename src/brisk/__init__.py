@@ -31,6 +31,8 @@ _PUBLIC = {
     "table_cell": (".utils.tables", "cell"),
     "small_ops": (".utils.threads", "small_ops"),
     "TimeToAccuracy": (".callbacks.time_to_accuracy", "TimeToAccuracy"),
+    "NETS": (".registry", "NETS"),
+    "CALLBACKS": (".registry", "CALLBACKS"),
 }
 __all__ = list(_PUBLIC)
 

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from brisk import compat
 from brisk.conf import CONFIG_PATH
 from brisk.errors import BriskError, refuse
+from brisk.registry import import_modules
 from brisk.run import launch, rundir
 from brisk.utils.explain import explain
 from brisk.utils.quiet import quiet
@@ -48,6 +49,7 @@ def user_errors(task):
         run = None
         try:
             run = rundir.Run()
+            import_modules(cfg.get("imports"))  # the user's own classes register before anything is built
             result = task(cfg, *args, run=run, **kwargs) if wants_run else task(cfg, *args, **kwargs)
             run.start(cfg)  # entry points that do not mark the start themselves are recorded when done
             return result

@@ -11,6 +11,15 @@ class BriskError(Exception):
     """A problem the user can fix. The entry points print the message alone, with no traceback."""
 
 
+class BuildError(Exception):
+    """What a constructor raised while brisk built the entry at `key` (the cause): brisk.utils.explain says a user's
+    mistake in it (a value it refused, a package it needs) in one line; anything else keeps its traceback."""
+
+    def __init__(self, key: str, entry: object) -> None:
+        self.key, self.shown = key, getattr(entry, "__name__", str(entry))
+        super().__init__(f"{key}: {self.shown} failed to build")
+
+
 def refuse(error: object) -> NoReturn:
     """The end of a refused command: its one `brisk: error:` line on stderr, and exit status 2."""
     print(f"brisk: error: {error}", file=sys.stderr, flush=True)

@@ -13,7 +13,7 @@ import time
 import lightning as L
 import torch
 
-from brisk import BriskError, sync
+from brisk import CALLBACKS, BriskError, sync
 from brisk_lab.memory import PeakMemory
 
 
@@ -93,6 +93,7 @@ class Window:
         }
 
 
+@CALLBACKS.register("lab_clock")
 class StepClock(L.Callback):
     """A Window over a Lightning fit. It stops the fit when the window is full, so the lab never
     changes the config it measures (limit_train_batches stays free for the data-scale lever).

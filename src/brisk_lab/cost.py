@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch.utils.flop_counter import FlopCounterMode
+
+from brisk import NETS
 
 
 def net_cost(net_cfg: DictConfig, num_classes: int, image_size: int) -> dict[str, float]:
@@ -13,7 +14,7 @@ def net_cost(net_cfg: DictConfig, num_classes: int, image_size: int) -> dict[str
 
     FlopCounterMode counts a multiply-add as 2 FLOPs; a training step costs about 3x the forward.
     """
-    net = instantiate(net_cfg, num_classes=num_classes).eval()
+    net = NETS.build(net_cfg, num_classes=num_classes).eval()
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
         net(torch.zeros(1, 3, image_size, image_size))

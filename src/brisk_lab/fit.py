@@ -9,6 +9,7 @@ import lightning as L
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from brisk import build, build_datamodule
+from brisk_lab import nets  # noqa: F401  registers the lab's NilNet as model.net.type=nil
 from brisk_lab.clock import StepClock
 
 
@@ -35,7 +36,7 @@ def with_clock(cfg: DictConfig, warmup: int, steps: int, count_calls: bool = Fal
         if cfg.get("callbacks") is None:
             cfg.callbacks = {}
         cfg.callbacks.lab_clock = {
-            "_target_": f"{StepClock.__module__}.StepClock",
+            "type": "lab_clock",  # StepClock
             "warmup": warmup,
             "steps": steps,
             "count_calls": count_calls,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from torch import nn
 
+from brisk import NETS
 
+
+@NETS.register("nil")
 class NilNet(nn.Sequential):
     """Each image's three channel means into a linear layer: a forward and backward of a few microseconds.
 

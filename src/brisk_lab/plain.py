@@ -15,10 +15,9 @@ import itertools
 import lightning as L
 import torch
 import torch.nn.functional as F
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from brisk import BriskError, build_datamodule, build_model, resolve_precision, small_ops
+from brisk import CALLBACKS, BriskError, build_datamodule, build_model, resolve_precision, small_ops
 from brisk_lab.clock import Window
 from brisk_lab.fit import DataCache
 from brisk_lab.memory import PeakMemory
@@ -81,7 +80,7 @@ def plain_loop(
     optimizer, scheduler, interval, total = optimizers(model, cfg, len(datamodule.train_dataloader()))
     smoothing = model.hparams.label_smoothing
     spec = (cfg.get("callbacks") or {}).get("lookahead")
-    lookahead = instantiate(spec) if spec else None
+    lookahead = CALLBACKS.build(spec) if spec else None
     if lookahead is not None:
         lookahead.attach(model.net, total)
 

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from brisk.callbacks import DivergenceGuard
 from brisk.callbacks.divergence_guard import Diverged
+from brisk.checkpoints.legacy import renamed
 from brisk.errors import BriskError
 from brisk.evaluate import evaluate
 from brisk.run import summary as run_summary
@@ -91,38 +92,61 @@ def test_a_crafted_run_config_is_refused(victim, finished_run, tmp_path, brisk_r
         "os.system",
         "subprocess.Popen",
         "brisk.models.classifier.torch.save",  # under brisk.models by path, but torch's function
-        "brisk.models.classifier.instantiate",  # Hydra's instantiate, reachable through brisk's module
         "brisk.data.synthetic.write",  # brisk's, but writes files wherever told
         "brisk.models.no_such_thing",
         "torch.optim.SGD.__init__.__globals__",
-        "brisk.models.nets.simple_cnn.SimpleCNN",  # brisk's net, but not by the exact name conf/ gives it
-        "torch.optim.SGD",  # a registered optimizer, but not a net
+        "brisk.models.nets.simple_cnn.SimpleCNN",  # brisk's net, but not by the exact path earlier brisk wrote
+        "torch.optim.SGD",  # an earlier brisk's optimizer, but not at the optimizer's place
+        "torch.nn.Identity",  # a class, but no file names code: a user's net is registered and named by `type`
     ],
 )
-def test_registry_refuses(target):
+def test_a_code_path_in_a_file_is_refused(target):
     from brisk.checkpoints import restore
 
-    with pytest.raises(BriskError, match=f"refused model.net._target_={target}:"):
-        restore.check_targets({"model": {"net": {"_target_": target}}}, "a file")
+    for content, place in (
+        ({"model": {"net": {"_target_": target}}}, "model.net"),
+        ({"model": {"net": {"type": "simple_cnn", "block": {"deep": {"_target_": target}}}}}, "model.net.block.deep"),
+        ({"data": {"type": "synthetic", "augment": [{"_target_": target}]}}, r"data.augment\[0\]"),
+    ):
+        with pytest.raises(BriskError, match=f"a file: refused {place}._target_={target}:"):
+            restore.check(renamed(content), "a file")
 
 
-def test_registry_admits_the_templates_own_and_what_the_user_names():
+@pytest.mark.parametrize("key", ["_partial_", "_args_", "_recursive_", "_convert_", "imports"])
+def test_hydra_keys_and_imports_in_a_file_are_refused(key):
     from brisk.checkpoints import restore
 
-    admitted = {  # conf/'s own, each at its place
+    with pytest.raises(BriskError, match=f"refused optimizer.{key}="):
+        restore.check({"optimizer": {"type": "sgd", key: ["os"]}}, "a file")
+    with pytest.raises(BriskError, match=f"refused {key}="):
+        restore.check({key: ["os"], "model": {"net": {"type": "simple_cnn"}}}, "a file")
+
+
+def test_a_file_picks_only_registered_names_and_old_code_paths_still_read():
+    from brisk.checkpoints import restore
+
+    shipped = {"model": {"net": {"type": "airbench"}}, "optimizer": {"type": "muon"}, "data": {"type": "cifar10"}}
+    restore.check(shipped, "a file")
+    for place, content in (
+        ("model.net", {"model": {"net": {"type": "resnet99"}}}),
+        ("optimizer", {"model": {"net": {"type": "simple_cnn"}}, "optimizer": {"type": "simple_cnn"}}),
+        ("data", {"data": {"type": None}}),
+    ):
+        with pytest.raises(BriskError, match=rf"a file: refused {place}\.type=.*no \w+ is registered"):
+            restore.check(content, "a file")
+    earlier = {  # what runs written before names replaced code paths hold: read as names, nothing imported
         "model": {"_target_": "brisk.models.ImageClassifier", "net": {"_target_": "brisk.models.nets.AirbenchNet"}},
-        "optimizer": {"_target_": "brisk.optim.MuonWithAdamW", "_partial_": True},
+        "optimizer": {"_target_": "brisk.models.muon.MuonWithAdamW", "_partial_": True},
         "scheduler": {"_target_": "torch.optim.lr_scheduler.OneCycleLR", "_partial_": True, "interval": "step"},
         "data": {"_target_": "brisk.data.CIFAR10DataModule"},
     }
-    restore.check_targets(admitted, "a file")
-    mine = {"model": {"net": {"_target_": "torch.nn.Identity"}}}
-    with pytest.raises(BriskError):
-        restore.check_targets(mine, "a file")
-    restore.check_targets(mine, "a file", trusted=OmegaConf.create(mine))
-    with pytest.raises(BriskError, match="not a class"):  # the command's config names it, but it is a function
-        functional = {"model": {"net": {"_target_": "torch.nn.functional.relu"}}}
-        restore.check_targets(functional, "a file", trusted=OmegaConf.create(functional))
+    restore.check(renamed(earlier), "a file")
+    assert earlier == {
+        "model": {"net": {"type": "airbench"}},
+        "optimizer": {"type": "muon"},
+        "scheduler": {"interval": "step", "type": "onecycle"},
+        "data": {"type": "cifar10"},
+    }
 
 
 def test_eval_scores_the_data_its_run_trained_on(finished_run, tmp_path, brisk_root):
@@ -186,7 +210,7 @@ def _other_weights(run: Path) -> None:
 
 def _env_target(run: Path) -> None:
     saved = OmegaConf.load(run / ".hydra" / "config.yaml")
-    saved.model.net._target_ = "${oc.env:BRISK_EVIL_TARGET,builtins.exec}"
+    saved.model.net.type = "${oc.env:BRISK_EVIL_TARGET,simple_cnn}"
     OmegaConf.save(saved, run / ".hydra" / "config.yaml")
 
 
@@ -196,8 +220,8 @@ DAMAGED = {
     "config_a_list": (lambda run: _break_config(run, "- 1\n- 2\n"), "not a run config"),
     "config_without_model": (_drop_model, "names no model.net"),
     "checkpoint_without_weights": (_no_state_dict, "holds no state_dict"),
-    "weights_of_another_net": (_other_weights, "its weights do not fit model.net=brisk.models.nets.SimpleCNN"),
-    "target_from_an_interpolation": (_env_target, "refused model.net._target_=${oc.env:BRISK_EVIL_TARGET"),
+    "weights_of_another_net": (_other_weights, "its weights do not fit model.net.type=simple_cnn"),
+    "target_from_an_interpolation": (_env_target, "refused model.net.type=${oc.env:BRISK_EVIL_TARGET"),
 }
 
 
@@ -282,3 +306,20 @@ def test_summary_is_strict_json(tmp_path):
 def test_one_epoch_run_names_its_last_checkpoint(finished_run):
     assert "trainer.max_epochs=1" in FINISHED  # epoch 0 is the best: the case that gave ""
     assert read_summary(finished_run)["last_ckpt_path"] == str(finished_run / "checkpoints" / "last.ckpt")
+
+
+def test_a_run_written_before_names_still_evaluates(tmp_path, brisk_root):
+    """tests/fixtures/run_before_names: a real run of brisk before configs picked classes by name (its config and
+    checkpoint name `_target_` code paths). brisk-eval rebuilds it through the registries, by the names those paths
+    read as (brisk.checkpoints.legacy), and scores what that brisk's own eval scored on the same generated data."""
+    fixture = Path(__file__).parents[1] / "fixtures" / "run_before_names"
+    run = tmp_path / "run"
+    shutil.copytree(fixture, run)
+    assert "_target_: brisk.models.nets.SimpleCNN" in (run / ".hydra" / "config.yaml").read_text()
+    ckpt = run / "checkpoints" / "last.ckpt"
+    assert torch.load(ckpt, weights_only=True)["hyper_parameters"]["net"]["_target_"] == "brisk.models.nets.SimpleCNN"
+    args = [*EVAL, f"ckpt_path={ckpt}", f"data.root={tmp_path / 'data'}", f"hydra.run.dir={tmp_path / 'eval'}"]
+    assert main_in_process("evaluate", args, brisk_root) == 0
+    got = json.loads((tmp_path / "eval" / "eval.json").read_text())["metrics"]
+    want = json.loads((fixture / "expected.json").read_text())["eval_metrics"]
+    assert got == pytest.approx(want, abs=1e-6)

@@ -4,7 +4,9 @@ Kornia ops draw per image, are off without a trace, refuse bad values, train; +s
 from __future__ import annotations
 
 import math
+import re
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -200,3 +202,33 @@ def test_show_augment_writes_a_grid_and_trains_nothing(project, capsys):
     assert grid.shape == (3, 822, 822)  # 8 rows (4 before, 4 after) of 8 images, each enlarged to 96 px + padding
     assert not (run_dir / "checkpoints").exists() and not (run_dir / "summary.json").exists()
     assert main_in_process("train", [*TINY, "+show=nothing", f"hydra.run.dir={project / 'no'}"], project) == 2
+
+
+def test_adding_an_augmentation_as_the_readme_says(tmp_path, monkeypatch, project):
+    """README's "Add an augmentation", word for word: its class as a file of brisk.data (as in a clone), its YAML as
+    conf/augment/blur.yaml on Hydra's search path; `augment=blur` then builds it into the float stage, after the
+    standard crop and flip, and a short fit trains through it."""
+    import brisk.data
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text().split("**Add an augmentation**", 1)[1]
+    op = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    block = re.search(r"```yaml\n(.*?)```", readme, re.S).group(1)
+    assert '@AUGMENTS.register("blur", stage="float")' in op and "blur: 1.0" in block
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "blur.py").write_text(op)
+    monkeypatch.setattr(brisk.data, "__path__", [*brisk.data.__path__, str(tmp_path / "ops")])
+    monkeypatch.delitem(sys.modules, "brisk.data.blur", raising=False)
+    (tmp_path / "conf" / "augment").mkdir(parents=True)
+    (tmp_path / "conf" / "augment" / "blur.yaml").write_text(block)
+    short = ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "callbacks=none"]
+    cfg = compose_cfg([*TINY, *short, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "augment=blur"], project)
+    trainer, datamodule, model = build(cfg)
+    assert [type(op).__name__ for op in datamodule.augmentation.ops] == ["CropFlip", "Blur"]
+    trainer.fit(model, datamodule=datamodule)
+    assert trainer.global_step == 2
+
+
+def test_an_unknown_op_is_refused_with_the_registered_ones(brisk_root):
+    cfg = compose_cfg([*TINY, "+data.augment.blurr=1.0"], brisk_root)
+    with pytest.raises(BriskError, match=r"data.augment.blurr: no augmentation is registered .* color_jitter"):
+        checks.validate(cfg)

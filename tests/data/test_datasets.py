@@ -15,11 +15,11 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from hydra.utils import get_class
 from PIL import Image
 
 from brisk.callbacks import RankSeed
 from brisk.data import augment as aug
+from brisk.registry import DATASETS
 from brisk.run.builder import build_datamodule, build_model
 from helpers import compose_cfg, main_in_process, run_cli, run_dir_of
 
@@ -96,7 +96,7 @@ def test_adding_a_dataset_as_the_docs_say(tmp_path, monkeypatch):
 def test_every_datamodule_argument_is_a_data_key(option, tmp_path):
     """So `data.<argument>=...` works without a `+` (data.download=false among them)."""
     cfg = compose_cfg([f"data={option}", "data.download=false" if option == "cifar10" else "data.dedup=true"], tmp_path)
-    cls = get_class(cfg.data._target_)
+    cls = DATASETS.get(cfg.data.type)
     arguments = {
         name
         for klass in cls.__mro__
@@ -155,22 +155,23 @@ def test_ddp_trains_on_an_image_folder(tmp_path, brisk_root):
 
 
 def test_adding_a_net_as_the_readme_says(tmp_path, monkeypatch):
-    """README's "Add a net", word for word with the names filled in: its Python example as the module
-    brisk.models.nets.tiny_net, its YAML as conf/model/tiny_net.yaml (on Hydra's search path, in this process),
-    then `brisk-train model=tiny_net`: the net trains, with as many outputs as the data has classes."""
+    """README's "Add a net", word for word: its Python example as a file of brisk.models.nets (as in a clone), its
+    YAML as conf/model/tiny_net.yaml (on Hydra's search path, in this process), then `brisk-train model=tiny_net`
+    with no other edit: the net trains, with as many outputs as the data has classes, and the checkpoint names it
+    by its registered name."""
     import brisk.models.nets
 
     readme = (ROOT / "README.md").read_text().split("**Add a net**", 1)[1]
     net = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
     block = re.search(r"```yaml\n(.*?)```", readme, re.S).group(1)
-    assert "brisk.models.nets.<module>.<YourNet>" in block and "class TinyNet(nn.Module)" in net
+    assert "type: tiny_net" in block and '@NETS.register("tiny_net")' in net
     (tmp_path / "nets").mkdir()
     (tmp_path / "nets" / "tiny_net.py").write_text(net)
     monkeypatch.setattr(brisk.models.nets, "__path__", [*brisk.models.nets.__path__, str(tmp_path / "nets")])
     monkeypatch.delitem(sys.modules, "brisk.models.nets.tiny_net", raising=False)
     conf = tmp_path / "conf"
     (conf / "model").mkdir(parents=True)
-    (conf / "model" / "tiny_net.yaml").write_text(block.replace("<module>", "tiny_net").replace("<YourNet>", "TinyNet"))
+    (conf / "model" / "tiny_net.yaml").write_text(block)
     data = ["data=synthetic", "data.synthetic.n_train=200", "data.synthetic.n_test=100", "data.val_size=100"]
     tiny = [*data, "data.batch_size=100", *(a for a in TINY_RUN if not a.startswith("model.net."))]
     args = [f"hydra.searchpath=[file://{conf}]", "model=tiny_net", "model.net.dropout=0.2"]
@@ -178,6 +179,6 @@ def test_adding_a_net_as_the_readme_says(tmp_path, monkeypatch):
     assert main_in_process("train", [*tiny, *args, f"hydra.run.dir={run_dir}"], tmp_path) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
-    assert ckpt["hyper_parameters"]["net"]["_target_"] == "brisk.models.nets.tiny_net.TinyNet"
+    assert ckpt["hyper_parameters"]["net"]["type"] == "tiny_net"
     assert ckpt["hyper_parameters"]["net"]["dropout"] == 0.2
     assert ckpt["state_dict"]["net.head.1.weight"].shape == (len(summary["class_names"]), 8)

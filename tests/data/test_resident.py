@@ -10,11 +10,11 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from hydra.utils import instantiate
 
 from brisk.data import augment as aug
 from brisk.data import resident
 from brisk.data.loader import TensorBatchLoader
+from brisk.models.build import build_datamodule
 from brisk.run.prepare import build
 from helpers import TINY, compose_cfg
 
@@ -33,7 +33,7 @@ def test_resident_batches_are_those_of_the_host_loader(brisk_root):
     modules = []
     for on_device in (False, True):
         cfg = compose_cfg([*TINY, "data.augment.flip=alternate", f"data.resident={on_device}"], brisk_root)
-        datamodule = instantiate(cfg.data)
+        datamodule = build_datamodule(cfg)
         datamodule.prepare_data()
         datamodule.setup("fit")
         modules.append(datamodule)
@@ -115,7 +115,7 @@ def test_cutout_only_zeroes_one_square_of_a_translated_mirror():
 
 def test_a_split_that_does_not_fit_stays_on_the_host_and_says_so(brisk_root, monkeypatch, caplog):
     cfg = compose_cfg([*TINY, "data.resident=true"], brisk_root)
-    datamodule = instantiate(cfg.data)
+    datamodule = build_datamodule(cfg)
     datamodule.prepare_data()
     datamodule.setup("fit")
     monkeypatch.setattr(resident, "SHARE", 1e-9)  # no split fits in a billionth of the free memory

@@ -172,7 +172,7 @@ def test_a_checkpoint_outside_a_run_is_refused(run, tmp_path):
 
 def test_an_unknown_tta_is_refused():
     with pytest.raises(BriskError, match=r"model\.tta=mirror is unknown\. Choose one of: none, flip, flip_translate"):
-        ImageClassifier(net={"_target_": "torch.nn.Identity"}, optimizer={}, class_names=["a", "b"], tta="mirror")
+        ImageClassifier(net={"type": "simple_cnn"}, optimizer={}, class_names=["a", "b"], tta="mirror")
 
 
 def test_a_checkpoint_without_statistics_falls_back_to_cifar10s():

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from hydra.errors import InstantiationException
 
 from brisk.data import SyntheticDataModule
+from brisk.errors import BuildError
+from brisk.registry import CALLBACKS, DATASETS
 from helpers import BASE, assert_user_error, brisk_train, env_with_tests, run_cli, tree
 
 LONG_NAME = "x" * 300
@@ -30,13 +31,13 @@ def _installed(module: str) -> bool:
 CASES = {
     # what a constructor raises, wrapped by Hydra
     "brisk_error_in_a_constructor": (["model.tta=bogus"], ["model.tta=bogus", "flip_translate"]),
-    "unexpected_trainer_argument": (["+trainer.foo=1"], ["trainer.foo", "Trainer", "Remove +trainer.foo=1"]),
+    "unexpected_trainer_argument": (["+trainer.foo=1"], ["trainer.foo", "Trainer", "Remove it"]),
     "argument_with_a_typo": (["+trainer.max_epoch=2"], ["trainer.max_epoch:", "did you mean trainer.max_epochs"]),
-    "unexpected_net_argument": (["+model.net.foo=1"], ["model.net.foo", "SimpleCNN", "Remove +model.net.foo=1"]),
+    "unexpected_net_argument": (["+model.net.foo=1"], ["model.net.foo", "SimpleCNN", "arguments: num_classes, width"]),
     "value_refused_by_the_net": (["model.net.dropout=1.5"], ["model.net:", "dropout", "model.net.dropout=1.5"]),
-    "net_removed": (["~model.net"], ["model.net:", "'net'", "Leave out ~model.net"]),
+    "net_removed": (["~model.net"], ["model.net:", "'net'", "leave out the ~model.net"]),
     "missing_package": (["trainer.accelerator=tpu"], ["trainer:", "torch_xla", "trainer.accelerator=tpu"]),
-    "target_misspelled": (["model.net._target_=brisk.models.nets.Nope"], ["model.net._target_=", "Correct the name"]),
+    "type_misspelled": (["model.net.type=simple_cn"], ["model.net.type=simple_cn", "simple_cnn", "NETS.register"]),
     "missing_extra": (["logger=wandb"], ["logger.wandb", "pip install -e '.[wandb]'", "logger=wandb"]),
     # Hydra's override and composition errors
     "group_set_to_null": (["optimizer=null"], ["optimizer=null", "adamw, muon, sgd"]),
@@ -66,8 +67,9 @@ def test_hostile_config(case, project, capsys, monkeypatch, restore_logging):  #
     assert tree(project) == before, "a refused run wrote, removed or changed files"
 
 
+@CALLBACKS.register("buggy")
 class Buggy:
-    """A callback whose constructor has a bug: Hydra wraps its ZeroDivisionError like any other."""
+    """A callback whose constructor has a bug: the builder ties its ZeroDivisionError to its key (BuildError)."""
 
     def __init__(self, steps: int = 0) -> None:
         self.per_step = 1 / steps
@@ -75,13 +77,15 @@ class Buggy:
 
 def test_a_bug_keeps_its_traceback_and_leaves_no_run_directory(project, capsys, monkeypatch, restore_logging):  # noqa: F811
     before = tree(project)
-    with pytest.raises(InstantiationException) as raised:
-        brisk_train([*BASE, "+callbacks.bug._target_=test_hostile_errors.Buggy"], project, capsys, monkeypatch)
+    with pytest.raises(BuildError) as raised:
+        args = [*BASE, "imports=[test_hostile_errors]", "+callbacks.bug.type=buggy"]
+        brisk_train(args, project, capsys, monkeypatch)
     assert isinstance(raised.value.__cause__, ZeroDivisionError)
     assert "brisk: error:" not in capsys.readouterr().err
     assert tree(project) == before, "the run directory of a run that never started was left behind"
 
 
+@DATASETS.register("sigint_in_setup")
 class SigintInSetup(SyntheticDataModule):
     """Ctrl-C (SIGINT to this process) while Trainer.fit sets the data up, and a setup slow enough to be in it."""
 
@@ -94,7 +98,7 @@ class SigintInSetup(SyntheticDataModule):
 
 def test_ctrl_c_while_fit_sets_up_the_data_is_interrupted_130(project):
     run_dir = project / "run"
-    args = [*BASE, "data._target_=test_hostile_errors.SigintInSetup", f"hydra.run.dir={run_dir}"]
+    args = [*BASE, "imports=[test_hostile_errors]", "data.type=sigint_in_setup", f"hydra.run.dir={run_dir}"]
     env = env_with_tests()
     env["PYTHONPATH"] += os.pathsep + str(Path(__file__).parent)  # this module, for its SigintInSetup
     # Ctrl-C as a terminal delivers it: a shell without job control starts background commands with SIGINT

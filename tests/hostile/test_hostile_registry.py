@@ -1,8 +1,9 @@
-"""A run's files are data: no `_target_`, Hydra key or interpolation they hold, at any depth, calls anything but
-an exact entry of brisk's registry for its place (brisk.checkpoints.registry).
+"""A run's files are data: they pick classes by registered name (brisk.registry), and no `_target_`, Hydra key,
+`imports` or interpolation they hold, at any depth, makes brisk import or call anything (brisk.checkpoints.restore).
 
-The walk tries every callable of the packages an allowlist by package used to admit; the crafted runs hold
-a function of lightning.pytorch.callbacks that deletes whatever folder it is given.
+The walk tries every callable of the packages an allowlist by package once admitted: none is admitted anywhere,
+but the code paths an earlier brisk wrote, at their own place, which read as names (brisk.checkpoints.legacy).
+The crafted runs hold a function of lightning.pytorch.callbacks that deletes whatever folder it is given.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from brisk.checkpoints import restore
-from brisk.cli import CONFIG_PATH
+from brisk.checkpoints import legacy, restore
+from brisk.checkpoints.legacy import renamed
 from brisk.errors import BriskError
 from brisk.run.builder import build_model
 from helpers import TINY, assert_user_error, compose_cfg, main_in_process
@@ -39,7 +40,7 @@ OLD_ALLOWLIST = (
 )
 WALKED = (*OLD_ALLOWLIST, "brisk.data", "brisk.optim")  # brisk.data.synthetic.write writes where it is told;
 # brisk.optim holds what brisk.models once did
-NET, DATA, CLASSIFIER = "brisk.models.nets.SimpleCNN", "brisk.data.SyntheticDataModule", "brisk.models.ImageClassifier"
+NET = "brisk.models.nets.SimpleCNN"
 EVAL = ["trainer=cpu", *[o for o in TINY if o.startswith("data")]]
 
 
@@ -66,72 +67,46 @@ def walked_names() -> set[str]:
     return names
 
 
-def conf_names() -> dict[str, set[str]]:
-    """What the shipped conf/ option files build at each place, read here on their own: the expectation."""
-    conf = Path(CONFIG_PATH)
-    groups = {
-        "model.net": ("model", "net"),
-        "optimizer": ("optimizer",),
-        "scheduler": ("scheduler",),
-        "data": ("data",),
-    }
-    found = {place: set() for place in (*groups, "model")}
-    for place, (group, *inside) in groups.items():
-        for path in (conf / group).glob("*.yaml"):
-            node = yaml.safe_load(path.read_text()) or {}
-            for key in inside:
-                node = node.get(key) or {}
-            if "_target_" in node:
-                found[place].add(node["_target_"])
-    found["model"].add(yaml.safe_load((conf / "classifier.yaml").read_text())["_target_"])  # train, eval, predict
-    return found
-
-
-# Where the walk puts each name: (file content, the place at which a registry entry is admitted, or None).
+# Where the walk puts each name: (file content, the place at which an earlier brisk's path reads as a name, or None).
 WALK = {
-    "model.net": (lambda t: {"model": {"_target_": CLASSIFIER, "net": {"_target_": t}}}, "model.net"),
-    "model": (lambda t: {"model": {"_target_": t, "net": {"_target_": NET}}}, "model"),
+    "model.net": (lambda t: {"model": {"net": {"_target_": t}}}, "model.net"),
+    "model": (lambda t: {"model": {"_target_": t, "net": {"type": "simple_cnn"}}}, "model"),
     "optimizer": (lambda t: {"optimizer": {"_target_": t, "_partial_": True}}, "optimizer"),
     "scheduler": (lambda t: {"scheduler": {"_target_": t, "_partial_": True}}, "scheduler"),
     "data": (lambda t: {"data": {"_target_": t}}, "data"),
-    "nested in model.net": (lambda t: {"model": {"net": {"_target_": NET, "block": {"_target_": t}}}}, None),
-    "in a list in model.net": (lambda t: {"model": {"net": {"_target_": NET, "blocks": [1, {"_target_": t}]}}}, None),
-    "nested in data": (lambda t: {"data": {"_target_": DATA, "synthetic": {"_target_": t}}}, None),
-    "nested in optimizer": (
-        lambda t: {"optimizer": {"_target_": "torch.optim.SGD", "_partial_": True, "lr": {"_target_": t}}},
+    "nested in model.net": (lambda t: {"model": {"net": {"type": "simple_cnn", "block": {"_target_": t}}}}, None),
+    "in a list in model.net": (
+        lambda t: {"model": {"net": {"type": "simple_cnn", "blocks": [1, {"_target_": t}]}}},
         None,
     ),
-    "model.net with _partial_": (lambda t: {"model": {"net": {"_target_": t, "_partial_": True}}}, None),
+    "nested in data": (lambda t: {"data": {"type": "synthetic", "synthetic": {"_target_": t}}}, None),
+    "nested in optimizer": (lambda t: {"optimizer": {"type": "sgd", "lr": {"_target_": t}}}, None),
     "model.net with _args_": (lambda t: {"model": {"net": {"_target_": t, "_args_": ["/"]}}}, None),
     "data with _recursive_": (lambda t: {"data": {"_target_": t, "_recursive_": True}}, None),
     "scheduler with _convert_": (lambda t: {"scheduler": {"_target_": t, "_partial_": True, "_convert_": "all"}}, None),
 }
 
 
-def test_no_callable_of_the_old_allowlist_is_reachable_but_the_registry():
+def test_no_callable_of_the_old_allowlist_is_admitted_but_old_code_paths_as_names():
     names = walked_names()
     assert REMOVES in names and "brisk.data.synthetic.write" in names  # the walk reaches the known gadgets
     admitted, other_errors = set(), []
     for case, (content, _) in WALK.items():
         for name in names:
             try:
-                restore.check_targets(content(name), "a file")
+                restore.check(renamed(content(name)), "a file")
             except BriskError:
                 continue
             except Exception as e:  # a refusal is a BriskError: anything else is a bug in the check
                 other_errors.append((case, name, repr(e)))
                 continue
             admitted.add((case, name))
-    expected = conf_names()
-    want = {(case, n) for case, (_, place) in WALK.items() if place for n in names if n in expected[place]}
+    earlier = {**legacy.TYPES, "model": {legacy.CLASSIFIER: None}}
+    want = {(case, n) for case, (_, place) in WALK.items() if place for n in names if n in earlier[place]}
     assert other_errors == []
     assert sorted(admitted - want) == []
     assert sorted(want - admitted) == []
     assert ("model.net", NET) in admitted and ("optimizer", "torch.optim.SGD") in admitted
-    for _, name in admitted:  # a class, or one of brisk's own factories that conf/ builds with
-        module, _, attr = name.rpartition(".")
-        obj = getattr(importlib.import_module(module), attr)
-        assert isinstance(obj, type) or obj.__module__.startswith(("brisk.models.", "brisk.optim.")), name
 
 
 def test_a_name_from_a_file_is_never_imported(tmp_path, monkeypatch):
@@ -144,7 +119,7 @@ def test_a_name_from_a_file_is_never_imported(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "brisk.models.hostile_probe", raising=False)
     for content in WALK["model.net"][0], WALK["nested in model.net"][0]:
         with pytest.raises(BriskError, match=r"refused model\.net(\.block)?\._target_=brisk\.models\.hostile_probe"):
-            restore.check_targets(content("brisk.models.hostile_probe.boom"), "a file")
+            restore.check(renamed(content("brisk.models.hostile_probe.boom")), "a file")
     assert "brisk.models.hostile_probe" not in sys.modules
     assert not marker.exists()
 
@@ -223,6 +198,9 @@ CRAFTED = {
     ),
     "function nested in data": (lambda v: _set("data.synthetic.seed", remover(v)), "data.synthetic.seed._target_="),
     "_partial_ on a registered net": (lambda v: _set("model.net._partial_", True), "model.net._partial_=True"),
+    "imports in the model": (lambda v: _set("model.imports", ["os"]), "model.imports=['os']"),
+    "an unregistered net": (lambda v: _set("model.net.type", "os.system"), "model.net.type=os.system"),
+    "an unregistered op": (lambda v: _set("data.augment.shell", 1), "data.augment.shell: no augmentation"),
     "_args_ on a registered net": (lambda v: _set("model.net._args_", [str(v)]), "model.net._args_="),
     "_recursive_ on the model": (lambda v: _set("model._recursive_", True), "model._recursive_=True"),
     "_convert_ on data": (lambda v: _set("data._convert_", "all"), "data._convert_=all"),
@@ -235,7 +213,7 @@ CRAFTED = {
 def test_a_crafted_run_config_calls_nothing(case, genuine, eval_cfg, victim, tmp_path):
     craft, says = CRAFTED[case]
     honest = write_run(tmp_path / "honest", genuine)
-    assert restore.with_run_config(eval_cfg, honest).model.net._target_ == NET  # the run as written is admitted
+    assert restore.with_run_config(eval_cfg, honest).model.net.type == "simple_cnn"  # the run as written is admitted
     ckpt = write_run(tmp_path / "run", genuine, edit_config=craft(victim))
     with pytest.raises(BriskError) as refused:
         restore.load_model(restore.with_run_config(eval_cfg, ckpt), ckpt)
@@ -253,6 +231,7 @@ HPARAMS = {
         "optimizer._target_=" + REMOVES,
     ),
     "function as the model": (lambda v: _set("_target_", REMOVES), "model._target_=" + REMOVES),
+    "an unregistered net": (lambda v: _set("net.type", "builtins.open"), "model.net.type=builtins.open"),
     "_args_ on the model": (lambda v: _set("_args_", [str(v)]), "model._args_="),
 }
 
@@ -271,20 +250,15 @@ def test_crafted_checkpoint_hyperparameters_call_nothing(case, genuine, eval_cfg
     assert (victim / "thesis.tex").read_text() == "keep me"
 
 
-def test_the_commands_own_config_registers_classes_only(genuine, brisk_root, tmp_path):
-    """A class the command's config names at a place (as the user's config folder or local/ file would) may be
-    named there by the run's files too; a function may not, and the message says how to trust it."""
-    for name, admitted in ("torchvision.models.AlexNet", True), ("torchvision.models.alexnet", False):
-        cfg = compose_cfg([*EVAL, "ckpt_path=unused", f"+model.net._target_={name}"], brisk_root, "eval")
-        ckpt = write_run(tmp_path / name, genuine, edit_config=_set("model.net", {"_target_": name}))
-        if admitted:
-            assert restore.with_run_config(cfg, ckpt).model.net._target_ == name
-        else:
-            says = rf"not a class.*Give \+\+model\.net\._target_={name} on the command line"
-            with pytest.raises(BriskError, match=says):
-                restore.with_run_config(cfg, ckpt)
-        with pytest.raises(BriskError, match=r"refused model\.net\._target_="):  # the same run, without that config
-            restore.with_run_config(compose_cfg([*EVAL, "ckpt_path=unused"], brisk_root, "eval"), ckpt)
+def test_imports_come_from_the_command_never_from_a_run(genuine, brisk_root, tmp_path, capsys):
+    """A saved config holding a top-level `imports` is refused, and nothing it names is imported."""
+    ckpt = write_run(tmp_path / "run", genuine, edit_config=lambda c: c.update(imports=["hostile_never_imported"]))
+    out = tmp_path / "eval-out"
+    capsys.readouterr()
+    code = main_in_process("evaluate", ["trainer=cpu", f"ckpt_path={ckpt}", f"hydra.run.dir={out}"], brisk_root)
+    captured = capsys.readouterr()
+    assert_user_error(subprocess.CompletedProcess([], code, captured.out, captured.err), "refused imports=")
+    assert "hostile_never_imported" not in sys.modules and not out.exists()
 
 
 @pytest.mark.parametrize("command, keys", [("predict", ["inputs=unused"]), ("export", [])])
@@ -331,17 +305,20 @@ def test_an_older_runs_optimizer_weight_decay_is_left_out(genuine, eval_cfg, tmp
 
 
 @pytest.mark.parametrize("with_config", [True, False], ids=["run config", "checkpoint hyperparameters"])
-def test_an_older_runs_moved_names_are_read_as_they_are_now(with_config, genuine, eval_cfg, tmp_path):
-    """Runs written before the optimizer and the schedules moved to brisk.optim name them by their old module: they
-    rebuild their model as before, under the new names, and nothing is imported by the old one."""
-    old = {"optimizer": "brisk.models.muon.MuonWithAdamW", "scheduler": "brisk.models.schedules.exp_decay"}
+def test_an_older_runs_code_paths_are_read_as_names(with_config, genuine, eval_cfg, tmp_path):
+    """Runs written before configs picked classes by name hold the shipped code paths, some from before the optimizer
+    and the schedules moved to brisk.optim: they rebuild their model under the names, and nothing is imported by
+    the old paths."""
 
     def edit(section: dict) -> None:
-        section["optimizer"]["_target_"] = old["optimizer"]
-        section["scheduler"] = {"_target_": old["scheduler"], "_partial_": True, "k": 0.1}
+        net = section["net"] if "net" in section else section["model"]["net"]
+        net["_target_"] = NET
+        del net["type"]
+        section["optimizer"] = {"_target_": "brisk.models.muon.MuonWithAdamW", "_partial_": True, "lr": 0.02}
+        section["scheduler"] = {"_target_": "brisk.models.schedules.exp_decay", "_partial_": True, "k": 0.1}
 
     ckpt = write_run(tmp_path / "run", genuine, edit, edit if not with_config else None, with_config=with_config)
     cfg = restore.with_run_config(eval_cfg, ckpt)
-    assert (cfg.optimizer._target_, cfg.scheduler._target_) == ("brisk.optim.MuonWithAdamW", "brisk.optim.exp_decay")
+    assert (cfg.model.net.type, cfg.optimizer.type, cfg.scheduler.type) == ("simple_cnn", "muon", "exp_decay")
     assert "brisk.models.muon" not in sys.modules
     restore.load_model(cfg, ckpt)

@@ -15,8 +15,8 @@ from brisk.models import ImageClassifier
 from brisk.models.losses import cross_entropy
 from helpers import BASE, RUNS, assert_user_error, bare_trainer, brisk_train, tree
 
-NET = {"_target_": "brisk.models.nets.SimpleCNN", "width": 4}
-SGD = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.05}
+NET = {"type": "simple_cnn", "width": 4}
+SGD = {"type": "sgd", "lr": 0.05}
 COUNTS = (6, 3, 1)  # an imbalanced train split of 3 classes
 # by hand: 1/count = 1/6, 1/3, 1, whose mean is 1/2; divided by it
 EXPECTED = [1 / 3, 2 / 3, 2.0]

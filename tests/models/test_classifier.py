@@ -81,7 +81,7 @@ def test_the_yaml_knobs_are_the_classifiers_defaults():
     """conf/classifier.yaml lists the classifier's knobs so they need no `+`: each must be the signature's default."""
     listed = OmegaConf.load(Path(CONFIG_PATH) / "classifier.yaml")
     defaults = inspect.signature(ImageClassifier).parameters
-    knobs = [k for k in listed if k != "_target_"]
+    knobs = list(listed)
     assert knobs and {k: listed[k] for k in knobs} == {k: defaults[k].default for k in knobs}
 
 
@@ -108,7 +108,7 @@ def test_optimizer_weight_decay_is_refused_before_the_data(case, project, capsys
 
 
 def test_a_python_user_is_refused_an_optimizer_weight_decay():
-    optimizer = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.05, "weight_decay": 0.1}
-    net = {"_target_": "brisk.models.nets.SimpleCNN", "width": 4}
+    optimizer = {"type": "sgd", "lr": 0.05, "weight_decay": 0.1}
+    net = {"type": "simple_cnn", "width": 4}
     with pytest.raises(BriskError, match="model.weight_decay"):
         ImageClassifier(net=net, optimizer=optimizer, class_names=[str(i) for i in range(10)])

@@ -52,8 +52,8 @@ def test_top5_is_the_share_of_labels_among_the_five_highest_logits():
 def test_the_classifier_logs_top5_only_for_5_or_more_classes(num_classes, top5):
     """A real test loop: the report holds every class by name, and test/top5_acc is logged only with 5+ classes."""
     names = [f"k{i}" for i in range(num_classes)]
-    net = {"_target_": "brisk.models.nets.SimpleCNN", "width": 4}
-    model = ImageClassifier(net=net, optimizer={"_target_": "torch.optim.SGD", "_partial_": True}, class_names=names)
+    net = {"type": "simple_cnn", "width": 4}
+    model = ImageClassifier(net=net, optimizer={"type": "sgd"}, class_names=names)
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(24, 3, 8, 8, generator=g), torch.arange(24) % num_classes)
     trainer = bare_trainer()
@@ -86,7 +86,7 @@ def layer_flops(net: torch.nn.Module, size: int) -> int:
 
 @pytest.mark.parametrize("size", [32, 64])
 def test_params_and_flops_are_those_of_the_real_net(size):
-    got = cost({"_target_": "brisk.models.nets.SimpleCNN", "width": 8}, num_classes=10, image_size=size)
+    got = cost({"type": "simple_cnn", "width": 8}, num_classes=10, image_size=size)
     real = SimpleCNN(num_classes=10, width=8)
     assert got["params"] == sum(p.numel() for p in real.parameters())
     assert got["flops_per_image"] == layer_flops(real, size) > 0
@@ -98,5 +98,5 @@ def test_lightning_s_printed_summary_counts_the_flops_of_one_image(brisk_root, c
     args += ["trainer.enable_model_summary=true", "callbacks.progress_bar=null", f"hydra.run.dir={brisk_root}/sum"]
     assert main_in_process("train", args, brisk_root) == 0
     out = capsys.readouterr().out
-    flops = cost({"_target_": "brisk.models.nets.SimpleCNN", "width": 8}, 10, 32)["flops_per_image"]
+    flops = cost({"type": "simple_cnn", "width": 8}, 10, 32)["flops_per_image"]
     assert flops > 0 and f"Total FLOPs: {get_human_readable_count(flops)}" in out, out

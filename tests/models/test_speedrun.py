@@ -6,12 +6,12 @@ from __future__ import annotations
 import lightning as L
 import pytest
 import torch
-from hydra.utils import instantiate
 
 from brisk.callbacks import Lookahead, TimeToAccuracy
 from brisk.callbacks.time_to_accuracy import first_reached
 from brisk.models.nets.airbench import AirbenchNet, patch_moments, whitening
 from brisk.optim import PerExamplesSGD, warmup_linear
+from brisk.run.builder import build_datamodule
 from brisk.run.prepare import build
 from helpers import TINY, compose_cfg, main_in_process, read_summary
 
@@ -28,7 +28,7 @@ SMALL = [
 
 def _train_images(root, n=1000):
     cfg = compose_cfg(SMALL, root)
-    datamodule = instantiate(cfg.data)
+    datamodule = build_datamodule(cfg)
     datamodule.prepare_data()  # writes the generated set, once a session
     datamodule.setup("fit")
     return datamodule, datamodule.prepare_batch(datamodule.tensors("train")[0][:n], train=False).float()

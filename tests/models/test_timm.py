@@ -7,7 +7,7 @@ import lightning as L
 import pytest
 import torch
 
-from brisk.checkpoints.registry import Registry
+from brisk.checkpoints import restore
 from brisk.errors import BriskError
 from brisk.models.nets import TimmNet
 from brisk.run.prepare import build
@@ -66,7 +66,7 @@ def test_frozen_backbone_stays_as_loaded_and_the_run_evaluates(weights, project,
         assert torch.equal(trained[f"net.model.{key}"], state[key]), key
     assert trained["net.model.fc.weight"].shape == (10, state["fc.weight"].shape[1])
     assert main_in_process("evaluate", [f"ckpt_path={run}/checkpoints/last.ckpt"], project) == 0
-    Registry.of(None).check({"model": {"net": {"_target_": "brisk.models.nets.TimmNet"}}}, "a run's config")
+    restore.check({"model": {"net": {"type": "timm"}}}, "a run's config")
 
 
 class RecordLrs(L.Callback):
@@ -143,9 +143,9 @@ def test_freezing_a_net_without_a_head_and_a_bad_multiplier_are_refused(project,
 
 def test_the_finetune_recipe_composes(project):
     cfg = compose_cfg(["experiment=finetune", "data.root=/images", "model.net.weights=/w.safetensors"], project)
-    assert cfg.data._target_ == "brisk.data.ImageFolderDataModule"
+    assert cfg.data.type == "image_folder"
     assert cfg.data.image_size == 224
-    assert cfg.model.net._target_ == "brisk.models.nets.TimmNet"
+    assert cfg.model.net.type == "timm"
     assert (cfg.model.net.name, cfg.model.net.weights) == ("resnet18.a1_in1k", "/w.safetensors")
-    assert cfg.model.backbone_lr_mult == 0.1 and cfg.optimizer._target_ == "torch.optim.AdamW"
-    assert cfg.scheduler._target_ == "brisk.optim.cosine_with_warmup"
+    assert cfg.model.backbone_lr_mult == 0.1 and cfg.optimizer.type == "adamw"
+    assert cfg.scheduler.type == "cosine"

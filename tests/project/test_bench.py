@@ -255,7 +255,7 @@ def test_breakdown_rows_add_one_component_each(brisk_root):
     bench = compose_bench([], brisk_root).bench
     cfg = compose_bench(list(bench.breakdown.overrides), brisk_root)  # as brisk-bench plans it
     default = compose_cfg([], brisk_root)
-    assert cfg.model.net._target_ == "brisk_lab.nets.NilNet"  # nil compute: the rows show the framework's cost
+    assert cfg.model.net.type == "nil"  # nil compute: the rows show the framework's cost
     kept = []
     for _, _, _, keep, logger in breakdown.ROWS:
         row = breakdown.row_config(cfg, keep, logger)
@@ -307,7 +307,7 @@ def test_every_lever_value_of_every_preset_composes(preset, brisk_root):
     spec = bench.speedrun.copy()
     spec.seeds = spec.seeds[:1]  # a seed changes no composition
     planned = speedrun.plan(spec, lambda overrides, where: compose_bench([*base, *overrides], brisk_root))
-    assert planned["overhead"].model.net._target_ == "brisk_lab.nets.NilNet"
+    assert planned["overhead"].model.net.type == "nil"
     assert all(c.target_acc for seeds in planned["fits"].values() for c in seeds.values())
     assert set(planned["fits"]) == {speedrun.ALL_ON, *bench.speedrun.parts}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from brisk.models.build import build_datamodule
 from helpers import TINY, read_summary, run_cli, run_dir_of
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -96,14 +97,13 @@ def _host_to_device_copies(datamodule, device) -> tuple[int, int]:
 
 def test_resident_batches_are_not_copied_from_the_host(brisk_root):
     """data.resident: one copy of the epoch's order, none per batch; the host path (the control) copies each."""
-    from hydra.utils import instantiate
 
     from helpers import compose_cfg
 
     device = torch.device("cuda", 0)
     counts = {}
     for on_device in (False, True):
-        datamodule = instantiate(compose_cfg([*TINY, f"data.resident={on_device}"], brisk_root).data)
+        datamodule = build_datamodule(compose_cfg([*TINY, f"data.resident={on_device}"], brisk_root))
         datamodule.resident_device = device
         datamodule.prepare_data()
         datamodule.setup("fit")

@@ -113,7 +113,7 @@ modules = [m.name for m in pkgutil.walk_packages({PACKAGE}.__path__, "{PACKAGE}.
 for name in modules:
     importlib.import_module(name)
 with initialize_config_dir(config_dir=CONFIG_PATH, version_base="1.3"):
-    data = compose("train", overrides=["data=synthetic"]).data._target_
+    data = {PACKAGE}.registry.DATASETS.get(compose("train", overrides=["data=synthetic"]).data.type).__name__
 print("found:", json.dumps(dict(package={PACKAGE}.__file__, lab=importlib.util.find_spec("{LAB}") is not None,
                       loaded=sorted(m for m in sys.modules if m.startswith("{LAB}")), modules=len(modules), data=data)))
 sys.argv[0] = "{PACKAGE}-train"

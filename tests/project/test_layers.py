@@ -21,7 +21,7 @@ LAYERS = [
     {*ENTRY_POINTS, "cli"},
     {"run"},
     {"callbacks", "checkpoints", "data", "deploy", "models", "optim", "search"},
-    {"brisk", "compat", "conf", "errors", "utils"},
+    {"brisk", "compat", "conf", "errors", "registry", "utils"},
 ]
 MAX_OTHER_TOP_MODULES = 4  # besides the entry points and __init__
 MAX_LINES = 300

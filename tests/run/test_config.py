@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 import torchvision
-from hydra.utils import get_object, instantiate
+from hydra.utils import get_object
 from omegaconf import OmegaConf
 
 from brisk import cli
 from brisk.cli import CONFIG_PATH
 from brisk.errors import BriskError
 from brisk.optim import schedules
+from brisk.registry import NETS, OPTIMIZERS
 from brisk.run.builder import build_datamodule, build_model
 from brisk.run.prepare import build_trainer
 from helpers import TINY, compose_cfg
@@ -111,7 +112,7 @@ def test_a_config_path_of_the_users_own_sets_the_groups_brisk_reads(tmp_path):
 def test_schedulers_step_with_the_optimizer(brisk_root):
     for option in ["onecycle", "cosine", "step", "exp_decay"]:
         cfg = compose_cfg([*TINY, f"scheduler={option}"], brisk_root)
-        opt = instantiate(cfg.optimizer)([torch.nn.Parameter(torch.zeros(1))])
+        opt = OPTIMIZERS.build(cfg.optimizer, params=[torch.nn.Parameter(torch.zeros(1))])
         scheduler, interval = schedules.build(cfg.scheduler, opt, total_steps=lambda _: 100)
         lrs = []
         for _ in range(30):
@@ -156,9 +157,9 @@ LIBRARY_DEFAULTS = [
     ("callbacks/ema.yaml", "lightning.pytorch.callbacks.EMAWeightAveraging", ("ema.decay",)),
     ("callbacks/swa.yaml", "lightning.pytorch.callbacks.StochasticWeightAveraging", ("swa.swa_epoch_start",)),
     ("tune/lr.yaml", "lightning.pytorch.tuner.Tuner.lr_find", ("min_lr", "max_lr", "num_training")),
-    ("model/simple_cnn.yaml", "brisk.models.nets.SimpleCNN", ("net.dropout", "net.width")),
-    ("model/resnet18.yaml", "brisk.models.nets.cifar_resnet18", ("net.dropout",)),
-    ("model/airbench.yaml", "brisk.models.nets.AirbenchNet", ("net.dropout",)),
+    ("model/simple_cnn.yaml", "simple_cnn", ("net.dropout", "net.width")),
+    ("model/resnet18.yaml", "resnet18", ("net.dropout",)),
+    ("model/airbench.yaml", "airbench", ("net.dropout",)),
 ]
 
 
@@ -166,7 +167,8 @@ LIBRARY_DEFAULTS = [
 def test_yaml_copies_of_a_default_stay_that_default(file, target, keys):
     """A copy drifts when the library changes its default; then the file must say why it differs, not copy."""
     node = OmegaConf.load(Path(CONFIG_PATH) / file)
-    parameters = inspect.signature(get_object(target)).parameters
+    built = NETS.get(target) if file.startswith("model/") else get_object(target)  # a net by its registered name
+    parameters = inspect.signature(built).parameters
     drifted = {k: (OmegaConf.select(node, k), parameters[k.rsplit(".", 1)[-1]].default) for k in keys}
     assert {k: v for k, v in drifted.items() if v[0] != v[1]} == {}
 

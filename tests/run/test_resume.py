@@ -148,7 +148,7 @@ def test_sigterm_saves_exits_non_zero_and_resumes(reference, brisk_root, tmp_pat
 )
 def test_sigterm_at_the_edges_of_an_epoch(hook, epoch, writes, reference, brisk_root, tmp_path):
     run_dir = tmp_path / "run"
-    signal_at = ["+callbacks.sigterm._target_=signal_at.SigtermAt", f"+callbacks.sigterm.hook={hook}"]
+    signal_at = ["imports=[signal_at]", "+callbacks.sigterm.type=sigterm_at", f"+callbacks.sigterm.hook={hook}"]
     args = [*ARGS, *signal_at, f"hydra.run.dir={run_dir}"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     proc = run_cli("train", [*args, f"+callbacks.sigterm.epoch={epoch}"], brisk_root, check=False, env=env)

@@ -19,14 +19,14 @@ from helpers import FINISHED, compose_cfg, main_in_process, read_summary
 
 REFUSED = {
     # overrides on top of the finished run's: what the one error line must say
-    "wider_net": (["model.net.width=16"], "model.net: {'_target_': 'brisk.models.nets.SimpleCNN', "),
+    "wider_net": (["model.net.width=16"], "model.net: {'type': 'simple_cnn', "),
     "other_model": (["model=resnet18"], "a checkpoint resumes only the model it trained"),
     "more_epochs_with_onecycle": (["trainer.max_epochs=2"], "trainer.max_epochs: 1 -> 2"),
     "smaller_batch": (["data.batch_size=50"], "data.batch_size: 100 -> 50"),
     "larger_batch": (["data.batch_size=200"], "data.batch_size: 100 -> 200"),
     "accumulation": (["accumulation=2"], "trainer.accumulate_grad_batches: 1 -> 2"),
-    "other_optimizer": (["optimizer=adamw"], "optimizer._target_: torch.optim.SGD -> torch.optim.AdamW"),
-    "other_scheduler": (["scheduler=cosine"], "scheduler._target_: torch.optim.lr_scheduler.OneCycleLR -> "),
+    "other_optimizer": (["optimizer=adamw"], "optimizer.type: sgd -> adamw"),
+    "other_scheduler": (["scheduler=cosine"], "scheduler.type: onecycle -> cosine"),
 }
 
 

@@ -35,7 +35,7 @@ DDP = ["strategy=ddp", "trainer.devices=2"]
 def signal_at(batch: int, signum: int, sent: Path, rank: int | None = None) -> list[str]:
     """Overrides that make the run send itself `signum` at the end of batch `batch` of epoch 0."""
     cb = "+callbacks.signal_at"
-    args = [f"{cb}._target_=signal_at.SigtermAt", f"{cb}.hook=train_batch_end", f"{cb}.batch={batch}"]
+    args = ["imports=[signal_at]", f"{cb}.type=sigterm_at", f"{cb}.hook=train_batch_end", f"{cb}.batch={batch}"]
     return [
         *args,
         f"{cb}.signum={int(signum)}",

@@ -21,8 +21,10 @@ from functools import cached_property
 from lightning.pytorch import callbacks
 
 from brisk import compat
+from brisk.registry import CALLBACKS
 
 
+@CALLBACKS.register("model_checkpoint")
 class ModelCheckpoint(callbacks.ModelCheckpoint):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -40,6 +42,7 @@ class ModelCheckpoint(callbacks.ModelCheckpoint):
         return super().state_key
 
 
+@CALLBACKS.register("last_checkpoint")
 class LastCheckpoint(ModelCheckpoint):
     def __init__(self, *args, every_n_train_steps: int | None = None, **kwargs) -> None:
         if every_n_train_steps is not None and every_n_train_steps < 0:

@@ -14,7 +14,10 @@ from __future__ import annotations
 import lightning as L
 import torch
 
+from brisk.registry import CALLBACKS
 
+
+@CALLBACKS.register("lookahead")
 class Lookahead(L.Callback):
     def __init__(self, every: int = 5, decay: float = 0.95**5, power: float = 3.0) -> None:
         self.every, self.decay, self.power = every, decay, power

@@ -17,6 +17,8 @@ from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import ProcessingSpeedColumn
 from rich.text import Text
 
+from brisk.registry import CALLBACKS
+
 
 class MeanSpeedColumn(ProcessingSpeedColumn):
     """Batches per second since the task (an epoch's bar) started, up to the moment it finished."""
@@ -27,6 +29,7 @@ class MeanSpeedColumn(ProcessingSpeedColumn):
         return Text(speed, style=self.style)
 
 
+@CALLBACKS.register("progress_bar")
 class ProgressBar(RichProgressBar):
     def __init__(self, every_n_steps: int = 20, **kwargs) -> None:
         super().__init__(**kwargs)

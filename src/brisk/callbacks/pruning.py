@@ -27,8 +27,10 @@ from torch import nn
 from torch.nn.utils import prune
 
 from brisk import compat
+from brisk.registry import CALLBACKS
 
 
+@CALLBACKS.register("prune")
 class Pruning(ModelPruning):
     def __init__(
         self,

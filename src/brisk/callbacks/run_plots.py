@@ -13,6 +13,7 @@ from pathlib import Path
 
 import lightning as L
 
+from brisk.registry import CALLBACKS
 from brisk.utils.files import published
 
 # train/ce is logged beside the optimized train/loss only with an L1 term (model.l1): it is what val/loss compares to.
@@ -31,6 +32,7 @@ def _save(fig, path: Path) -> None:
         fig.savefig(tmp, dpi=100)
 
 
+@CALLBACKS.register("plots")
 class RunPlots(L.Callback):
     def __init__(self, dirpath: str) -> None:
         self.dirpath = Path(dirpath)

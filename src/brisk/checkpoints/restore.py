@@ -1,21 +1,15 @@
 """Using a trained checkpoint (eval, predict, export): the one safe way to get a model out of a file.
 
-A checkpoint and a run's saved `.hydra/config.yaml` are data. Neither may decide what is called:
-lightning's `load_from_checkpoint` passes the file's hyperparameters to `__init__`, and brisk's
-classifier instantiates the `net` config it is given, recursively, so a crafted
-`model.net.x = {_target_: <any function>, ...}` would be called with the file's arguments. Here the
-model is built by the builder from a config in which every `_target_` and Hydra key taken from a file
-is an exact entry of `brisk.checkpoints.registry` for its place, and only the state_dict (tensors, read with
-weights_only=True) comes from the checkpoint.
+A checkpoint and a run's saved `.hydra/config.yaml` are data. Neither may decide what is called: the model is
+built by the builder, which picks every class by its registered name (brisk.registry), and only the state_dict
+(tensors, read with weights_only=True) comes from the checkpoint. A file's config is checked before anything is
+built: every `type` at a place brisk builds must be a registered name there, and Hydra's keys (`_target_`,
+`_partial_`, `_args_`, ...), `imports` and interpolations are refused at any depth, in one line naming the file.
 
 The config: the trusted one (conf/ + command line), with the sections that say what the run trained
 (data, model, optimizer, scheduler) taken from the run's saved config, except the keys the command
 line sets, which keep the value it composed to. Without a saved run config the model comes from the
 checkpoint's hyperparameters (checked the same way), and the data from the command line, with a warning.
-
-A run's data paths are taken as it recorded them: its data section can only name conf/data/'s DataModules,
-which write nothing but new folders of their own naming (a generated set, a download, an image cache) by
-staging and rename, and remove nothing but their own earlier caches. `data.root=` on the command line wins.
 """
 
 from __future__ import annotations
@@ -33,12 +27,20 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from brisk.checkpoints.io import SafeCheckpointIO, peek
+from brisk.checkpoints.legacy import renamed
 from brisk.checkpoints.paths import run_dir_of
-from brisk.checkpoints.registry import RUN_SECTIONS, Registry, current_names
 from brisk.errors import BriskError, first_line
 from brisk.models.build import build_model
+from brisk.registry import AUGMENTS, SINGLE, Registry
+from brisk.utils.config import nodes
 
 log = logging.getLogger("brisk")
+
+# What a run's files say about the model and the data it trained on; nothing else is ever taken from them.
+RUN_SECTIONS = ("data", "model", "optimizer", "scheduler")
+# Keys that would make something be imported or called: never in a file's content, at any depth.
+REFUSED_KEYS = ("_target_", "_partial_", "_args_", "_convert_", "_recursive_", "imports")
+FIX = "Use a run directory and checkpoint written by brisk-train"
 
 
 def _first_line(e: Exception) -> str:
@@ -46,10 +48,14 @@ def _first_line(e: Exception) -> str:
     return f"{type(e).__name__}: {first_line(e)}"
 
 
+def _short(value: Any) -> str:
+    text = str(value).replace("\r", "\\r").replace("\n", "\\n")  # one line, whatever a file holds
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
 def run_config(ckpt_path: str | Path) -> DictConfig | None:
     """The saved config of the run that wrote `ckpt_path` (<run>/.hydra/config.yaml), read as data; None if absent.
-
-    Nothing in it is instantiated here: `with_run_config` checks its targets before anything is built."""
+    An earlier brisk's code paths read as the names they have now (brisk.checkpoints.legacy)."""
     path = run_dir_of(ckpt_path) / ".hydra" / "config.yaml"
     if not path.is_file():
         return None
@@ -59,13 +65,45 @@ def run_config(ckpt_path: str | Path) -> DictConfig | None:
         raise BriskError(f"{path}: cannot be read as a run config ({_first_line(e)}).") from None
     if not isinstance(cfg, DictConfig):
         raise BriskError(f"{path}: not a run config (a mapping of config keys). Restore it from the run, or delete it.")
-    return OmegaConf.create(current_names(OmegaConf.to_container(cfg, resolve=False)))
+    return OmegaConf.create(renamed(OmegaConf.to_container(cfg, resolve=False)))
 
 
-def check_targets(content: Any, source: str, trusted: DictConfig | None = None) -> None:
-    """Refuse (BriskError) anything in a file's run sections `content`, read from `source`, that is not an exact
-    entry of the registry for its place; `trusted` is the command's own composed config (brisk.checkpoints.registry)."""
-    Registry.of(trusted).check(content, source)
+def check(content: dict[str, Any], source: str) -> None:
+    """Refuse (BriskError naming `source` and the key) anything in a file's plain run sections `content` that
+    would make brisk import or call what the file names, or that names no registered class where one is built."""
+    for place, node in nodes(content):
+        if isinstance(node, str) and "${" in node:
+            raise BriskError(
+                f"{source}: refused {place}={_short(node)}: an interpolation, which runs a resolver when read, "
+                f"and a run config brisk writes is resolved. {FIX}, or give {place} on the command line."
+            )
+        for key in REFUSED_KEYS if isinstance(node, dict) else ():
+            if key in node:
+                where = f"{place}.{key}" if place else key
+                raise BriskError(
+                    f"{source}: refused {where}={_short(node[key])}: a run's files pick classes by registered name "
+                    f"(`type`) only, and nothing is imported or called because a file says so. {FIX}."
+                )
+    for registry in SINGLE:
+        place, node = registry.key, content
+        for part in place.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            continue  # not in the file (the command's config gives it), or scheduler=none
+        _registered(registry, node.get("type") if isinstance(node, dict) else None, f"{place}.type", source)
+    data = content.get("data")
+    for op in (data.get("augment") or {}) if isinstance(data, dict) else ():
+        _registered(AUGMENTS, op, f"data.augment.{op}", source)
+
+
+def _registered(registry: Registry, name: Any, where: str, source: str) -> None:
+    if not (isinstance(name, str) and name in registry):
+        shown = where if where.endswith(f".{name}") else f"{where}={_short(name)}"
+        raise BriskError(
+            f"{source}: refused {shown}: no {registry.kind} is registered under that name (one of: "
+            f"{', '.join(registry.names())}). If it is your own, name its module on the command line: "
+            "imports=[<your module>]."
+        )
 
 
 def _override_key(override: str) -> str:
@@ -92,7 +130,8 @@ def _from_checkpoint_hparams(ckpt_path: Path) -> dict[str, Any]:
             f"{ckpt_path}: has no model hyperparameters and its run's .hydra/config.yaml is missing. "
             "Evaluate a checkpoint inside the run directory brisk-train wrote."
         )
-    hparams = current_names(dict(hparams))
+    hparams = dict(hparams)
+    hparams.pop("class_names", None)  # the builder takes them from the DataModule, as for any model
     optimizer, scheduler = hparams.pop("optimizer", None), hparams.pop("scheduler", None)
     return {"model": hparams, "optimizer": optimizer, "scheduler": scheduler}
 
@@ -104,9 +143,11 @@ def with_run_config(cfg: DictConfig, ckpt_path: str | Path, overrides: Iterable[
     saved = run_config(ckpt_path)
     if saved is not None:
         source = str(run_dir_of(ckpt_path) / ".hydra" / "config.yaml")
-        # Unresolved: an interpolation stays a string, which the registry refuses, and no resolver runs.
+        # Unresolved: an interpolation stays a string, which `check` refuses, and no resolver runs.
         written = OmegaConf.to_container(saved, resolve=False)
         sections = {key: written[key] for key in RUN_SECTIONS if key in written}
+        if "imports" in written:  # brisk writes a run's record without it: a file never says what to import
+            check({"imports": written["imports"]}, source)
     else:
         source = f"{ckpt_path} (hyper_parameters)"
         sections = _from_checkpoint_hparams(ckpt_path)
@@ -114,12 +155,14 @@ def with_run_config(cfg: DictConfig, ckpt_path: str | Path, overrides: Iterable[
             "%s not found: the model is rebuilt from the checkpoint's hyperparameters, and the data is data=%s "
             "from this command's config, not necessarily what the run trained on.",
             run_dir_of(ckpt_path) / ".hydra" / "config.yaml",
-            OmegaConf.select(cfg, "data._target_"),
+            OmegaConf.select(cfg, "data.type"),
         )
     if not isinstance(sections.get("model"), dict) or "net" not in sections["model"]:
         raise BriskError(
             f"{source}: names no model.net, so there is no model to rebuild. Use a brisk-train run's files."
         )
+    renamed(sections)
+    check(sections, source)  # the whole file as written, before the command line takes its keys out
     for override in overrides:
         _drop(sections, _override_key(override))
     optimizer = sections.get("optimizer")
@@ -130,7 +173,6 @@ def with_run_config(cfg: DictConfig, ckpt_path: str | Path, overrides: Iterable[
             source,
             optimizer.pop("weight_decay"),
         )
-    check_targets(sections, source, trusted=cfg)
     if saved is None and "model" in sections:
         # The hyperparameters are the classifier's arguments, over this command's model section.
         sections["model"] = {**OmegaConf.to_container(cfg.get("model") or {}, resolve=True), **sections["model"]}
@@ -168,7 +210,7 @@ def load(cfg: DictConfig, ckpt_path: str | Path) -> tuple[L.LightningModule, dic
     except RuntimeError as e:
         first = (str(e).splitlines()[1:] or [str(e)])[0].strip()  # the first mismatch, under a heading line
         raise BriskError(
-            f"{ckpt_path}: its weights do not fit model.net={OmegaConf.select(cfg, 'model.net._target_')} "
+            f"{ckpt_path}: its weights do not fit model.net.type={OmegaConf.select(cfg, 'model.net.type')} "
             f"({first[:300]}). Evaluate it with the model its run trained."
         ) from None
     model.on_load_checkpoint(checkpoint)  # what load_from_checkpoint would call, with data only

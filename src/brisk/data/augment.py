@@ -59,17 +59,13 @@ def cutout(x: torch.Tensor, size: int) -> torch.Tensor:
     return x.masked_fill(hole.unsqueeze(1), 0)
 
 
-def augment(
-    x: torch.Tensor, crop_pad: int = 0, flip: bool | torch.Tensor = False, cutout_size: int = 0, **more
-) -> torch.Tensor:
-    """`flip`: random, or a bool per image (random_crop). `more`: rotate, scale, color_jitter, policy, erasing
-    (brisk.data.kornia_augment), after the crop and flip."""
-    x = random_crop(x, crop_pad, flip)  # flips too, even without a crop
-    if more and any(v is not None and v != 0 for v in more.values()):  # off: no import, no float copy
-        from brisk.data import kornia_augment
+def augment(x: torch.Tensor, **keys) -> torch.Tensor:
+    """`x` through the per-image ops of `data.augment` keys (brisk.data.augment_ops), built for this call; `flip`
+    may be a bool tensor of the images to mirror."""
+    from brisk.data.augment_ops import Augmentation
 
-        x = kornia_augment.apply(x, **more)
-    return cutout(x, cutout_size)
+    flips = keys.pop("flip") if isinstance(keys.get("flip"), torch.Tensor) else None
+    return Augmentation({**keys, **({"flip": True} if flips is not None else {})}).per_image(x, flips)
 
 
 def affine(mean, std, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from typing import NamedTuple
 
 import lightning as L
@@ -17,7 +18,8 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from brisk.data import augment as aug
-from brisk.data import mixing, splits
+from brisk.data import splits
+from brisk.data.augment_ops import Augmentation
 from brisk.data.loader import TensorBatchLoader
 from brisk.data.resident import place as place_resident
 from brisk.errors import BriskError
@@ -46,8 +48,8 @@ class TensorDataModule(L.LightningDataModule):
             (a fixed split, see `split_seed`). Unused by datasets that have their own val split.
         split_seed: seeds the val split and the `train_size` subset only, so changing the run's seed keeps them.
         eval_batch_size: the global batch for val and test; defaults to `batch_size`.
-        augment: keyword arguments of `brisk.data.augment.augment`, applied to training batches, and the mixing
-            keys of `brisk.data.mixing` (mixup_alpha, cutmix_alpha), applied after normalization.
+        augment: augmentation op -> its argument (brisk.data.augment_ops), applied to training batches on the
+            device; the mixing ops (mixup_alpha, cutmix_alpha) after normalization, with the labels.
         channels_last: inputs (and, by the builder, the model) in channels_last: faster convolutions on tensor cores.
         train_size: train on a fixed subset of this many images (or this fraction), taken after the val split.
         dedup: drop exact duplicate images from the train split before the val split is taken.
@@ -78,11 +80,9 @@ class TensorDataModule(L.LightningDataModule):
         # Plain containers: checkpoints hold these and load with weights_only=True.
         self.hparams.update({k: plain(v) for k, v in self.hparams.items()})
         self.hparams.augment = self.hparams.augment or {}
-        # Split once, not per batch: the per-image augmentation's keys, and mixup's and cutmix's.
-        self.per_image_augment, self._mixing = mixing.split(self.hparams.augment)
-        self.alternating_flip = self.per_image_augment.get("flip") == "alternate"
-        if self.alternating_flip:
-            self.per_image_augment["flip"] = True
+        # Built once, not per batch; every key checked here, before anything is read (brisk.data.augment_ops).
+        self.augmentation = Augmentation(self.hparams.augment)
+        self.alternating_flip = self.augmentation.alternating
         # resident: the splits as placed on the device, and the device when no Trainer says (the lab's plain loop)
         self._placed: dict[str, tuple[torch.device, tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]]] = {}
         self.resident_device = torch.device("cpu")
@@ -242,8 +242,7 @@ class TensorDataModule(L.LightningDataModule):
         """A uint8 batch on its device -> augmented (if `train`; `flips`: the images to mirror, else random),
         normalized float, in the configured layout."""
         if train:
-            given = {} if flips is None else {"flip": flips}
-            x = aug.augment(x, **{**self.per_image_augment, **given})
+            x = self.augmentation.per_image(x, flips)
         return aug.normalize(x, self.mean, self.std, channels_last=self.hparams.channels_last)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
@@ -258,8 +257,8 @@ class TensorDataModule(L.LightningDataModule):
         return x, y
 
     @functools.cached_property
-    def mixer(self) -> mixing.Mixer | None:
-        return mixing.mixer(self.num_classes, **self._mixing)
+    def mixer(self) -> Callable | None:
+        return self.augmentation.mixer(self.num_classes)
 
     def state_dict(self) -> dict:
         """In every checkpoint: the normalization the model was trained with, for eval, predict and export."""

@@ -10,6 +10,7 @@ from brisk.data import cifar_files as cf
 from brisk.data import synthetic as syn
 from brisk.data.base import TensorDataModule
 from brisk.errors import BriskError
+from brisk.registry import DATASETS
 
 
 class _CifarFormat(TensorDataModule):
@@ -31,6 +32,7 @@ class _CifarFormat(TensorDataModule):
         return list(cf.MEAN), list(cf.STD)
 
 
+@DATASETS.register("cifar10")
 class CIFAR10DataModule(_CifarFormat):
     """CIFAR-10: 50,000 training and 10,000 test images; downloaded once.
 
@@ -63,6 +65,7 @@ class CIFAR10DataModule(_CifarFormat):
         cf.download(self.folder)
 
 
+@DATASETS.register("synthetic")
 class SyntheticDataModule(_CifarFormat):
     """Generated images in the CIFAR-10 file format (`brisk.data.synthetic`), read by the same reader.
 

@@ -21,11 +21,13 @@ from brisk.data import image_cache
 from brisk.data.base import TensorDataModule
 from brisk.data.images import EXTENSIONS, PILLOW_PIXELS, scan
 from brisk.errors import BriskError
+from brisk.registry import DATASETS
 
 log = logging.getLogger("brisk")
 SPLITS = ("train", "val", "test")
 
 
+@DATASETS.register("image_folder")
 class ImageFolderDataModule(TensorDataModule):
     """Args:
     root: the folder that holds train/ (and optionally val/ and test/).

@@ -11,20 +11,12 @@ and pairs every image with its neighbour in the batch, which the loader has shuf
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import torch
 from torchvision.transforms import v2
 
-# The keys of data.augment that mixing takes; the rest are brisk.data.augment.augment's.
-KEYS = ("mixup_alpha", "cutmix_alpha")
-
 Mixer = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-
-
-def split(augment: Mapping) -> tuple[dict, dict]:
-    """data.augment -> (the per-image augmentation's keys, the mixing keys)."""
-    return {k: v for k, v in augment.items() if k not in KEYS}, {k: v for k, v in augment.items() if k in KEYS}
 
 
 def mixer(num_classes: int, mixup_alpha: float | None = None, cutmix_alpha: float | None = None) -> Mixer | None:

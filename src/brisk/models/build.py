@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig
+
+from brisk.models.classifier import ImageClassifier
+from brisk.registry import DATASETS, check_arguments, construct
+from brisk.utils.config import plain
+
+
+def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    """The DataModule `data.type` names, with the rest of `data` as its arguments."""
+    return DATASETS.build(plain(cfg.data))
 
 
 def build_model(cfg: DictConfig, datamodule: L.LightningDataModule | None = None) -> L.LightningModule:
     """The model for the data: its classes come from the DataModule (built from cfg.data if not given)."""
-    datamodule = datamodule if datamodule is not None else instantiate(cfg.data)
-    # _recursive_=False: the classifier builds its own net and optimizer, and keeps their configs as hparams.
-    model = instantiate(
-        cfg.model,
-        optimizer=cfg.optimizer,
-        scheduler=cfg.get("scheduler"),
-        class_names=datamodule.class_names,
-        _recursive_=False,
-    )
+    datamodule = datamodule if datamodule is not None else build_datamodule(cfg)
+    # The classifier builds its own net and optimizer by name, and keeps their configs as hparams.
+    knobs = plain(cfg.model)
+    given = {"optimizer": cfg.optimizer, "scheduler": cfg.get("scheduler"), "class_names": datamodule.class_names}
+    check_arguments(ImageClassifier, knobs, "model", given)
+    model = construct(ImageClassifier, "model", **knobs, **given)
     # A net trained elsewhere (TimmNet with weights) expects inputs normalized as in its training: those statistics
     # replace the data's, here rather than in a second key, so the checkpoint, predict and export hold the same ones.
     stats = getattr(model.net, "input_stats", None)

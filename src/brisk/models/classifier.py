@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
-from hydra.utils import instantiate
 from torchmetrics import MaxMetric
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -20,6 +17,7 @@ from brisk.models import from_data, losses, param_groups
 from brisk.models.metrics import ClassMetrics, EpochSums
 from brisk.models.sparsity import fold_masks
 from brisk.optim import schedules
+from brisk.registry import NETS, OPTIMIZERS, arguments
 from brisk.utils.config import plain
 
 EVAL_STAGES = ("val", "test")
@@ -41,12 +39,12 @@ class ImageClassifier(compat.QuickHookName, L.LightningModule):
     """Cross-entropy classification of images by any net.
 
     Args:
-        net: Hydra config of the net (`_target_` + arguments). The config, not the module, is
-            kept in the hyperparameters: checkpoints then hold only plain containers and load
-            with torch's default `weights_only=True`.
-        optimizer: config of a partial optimizer (`_partial_: true`), called with the parameter groups.
-        scheduler: config of a partial LR scheduler, or None. Its `interval` key (step|epoch) says
-            how often it steps; `total_steps` is filled in from the trainer if the scheduler takes it.
+        net: config of the net: its registered `type` (brisk.registry.NETS) and arguments. The config, not the
+            module, is kept in the hyperparameters: checkpoints then hold only plain containers, name no code, and
+            load with torch's default `weights_only=True`.
+        optimizer: config of the optimizer (`type` in brisk.registry.OPTIMIZERS), built with the parameter groups.
+        scheduler: config of the LR scheduler (`type` in brisk.registry.SCHEDULES), or None. Its `interval` key
+            (step|epoch) says how often it steps; `total_steps` is filled in from the trainer if the scheduler takes it.
         class_names: the data's classes, label 0 first (the builder passes the DataModule's): they size the
             net's output and the metrics, and a checkpoint holds them.
         label_smoothing: as in `F.cross_entropy`.
@@ -98,7 +96,7 @@ class ImageClassifier(compat.QuickHookName, L.LightningModule):
         check_optimizer(optimizer)
         self.save_hyperparameters()
         num_classes = len(class_names)
-        self.net = instantiate(net, num_classes=num_classes)  # a net takes num_classes: the data decides it
+        self.net = NETS.build(net, num_classes=num_classes)  # a net takes num_classes: the data decides it
         param_groups.check(self.net, freeze_backbone, backbone_lr_mult)
         if freeze_backbone:
             param_groups.freeze_backbone(self.net)
@@ -258,10 +256,10 @@ class ImageClassifier(compat.QuickHookName, L.LightningModule):
         counts."""
         h = self.hparams
         groups = param_groups.groups(self.net, h.weight_decay, h.backbone_lr_mult, h.get("norm_lr_mult", 1.0))
-        make = instantiate(h.optimizer)
-        if "examples_per_step" in inspect.signature(make.func).parameters:  # brisk.optim.PerExamplesSGD
-            make = functools.partial(make, examples_per_step=examples_per_step())
-        optimizer = make(groups)
+        given = {"params": groups}
+        if "examples_per_step" in arguments(OPTIMIZERS.get(h.optimizer.get("type")))[0]:
+            given["examples_per_step"] = examples_per_step()  # brisk.optim.PerExamplesSGD
+        optimizer = OPTIMIZERS.build(h.optimizer, **given)
         param_groups.scale_lrs(optimizer)
         if not h.scheduler:
             return optimizer

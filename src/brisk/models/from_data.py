@@ -32,7 +32,7 @@ def examples_per_step(trainer: L.Trainer, optimizer: dict) -> int:
     batch = (getattr(trainer.datamodule, "hparams", None) or {}).get("batch_size")
     if batch is None:
         raise BriskError(
-            f"{optimizer['_target_']} sets its lr per example from data.batch_size: fit with a brisk DataModule, "
-            "or use optimizer=sgd."
+            f"optimizer.type={optimizer['type']} sets its lr per example from data.batch_size: fit with a brisk "
+            "DataModule, or use optimizer=sgd."
         )
     return int(batch) * trainer.accumulate_grad_batches

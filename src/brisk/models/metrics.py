@@ -11,7 +11,6 @@ import warnings
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from torch.utils.flop_counter import FlopCounterMode
 from torchmetrics import MetricCollection
 from torchmetrics.classification import (
@@ -21,6 +20,8 @@ from torchmetrics.classification import (
     MulticlassPrecision,
     MulticlassRecall,
 )
+
+from brisk.registry import NETS
 
 TOP_K = 5
 
@@ -84,7 +85,7 @@ def cost(net: dict, num_classes: int, image_size: int) -> dict[str, int]:
         # A net that loads weights (model=timm model.net.weights=...) copies them into meta tensors: a no-op, which
         # torch reports once per tensor.
         warnings.filterwarnings("ignore", message=".*non-meta parameter in the checkpoint to a meta parameter")
-        model = instantiate(net, num_classes=num_classes)
+        model = NETS.build(net, num_classes=num_classes)
         x = torch.zeros(1, 3, image_size, image_size)
     model.eval()
     with torch.no_grad(), FlopCounterMode(display=False) as counter:

@@ -19,7 +19,10 @@ from typing import Any
 import torch
 from torch.optim import AdamW, Muon, Optimizer
 
+from brisk.registry import OPTIMIZERS
 
+
+@OPTIMIZERS.register("muon")
 class MuonWithAdamW(Optimizer):
     """The groups this optimizer shows (`param_groups`) hold the real parameters, so schedulers, gradient
     clipping and AMP's unscaling act on them as on any optimizer; each step passes their settings and

@@ -18,8 +18,10 @@ from collections.abc import Iterable
 from torch.optim import SGD
 
 from brisk.errors import BriskError
+from brisk.registry import OPTIMIZERS
 
 
+@OPTIMIZERS.register("sgd_per_1024")
 class PerExamplesSGD(SGD):
     def __init__(
         self,

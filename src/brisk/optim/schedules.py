@@ -11,10 +11,12 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from brisk.errors import BriskError
+from brisk.registry import SCHEDULES, arguments
 
 log = logging.getLogger("brisk")
 
 
+@SCHEDULES.register("cosine")
 def cosine_with_warmup(optimizer: Optimizer, total_steps: int, warmup: float = 0.05, final: float = 0.0) -> LambdaLR:
     """Linear warmup over the first `warmup` fraction of steps, then cosine decay to `final` x base lr."""
     warmup_steps = max(1, int(warmup * total_steps))
@@ -28,6 +30,7 @@ def cosine_with_warmup(optimizer: Optimizer, total_steps: int, warmup: float = 0
     return LambdaLR(optimizer, factor)
 
 
+@SCHEDULES.register("warmup_linear")
 def warmup_linear(
     optimizer: Optimizer, total_steps: int, warmup: float = 0.23, start: float = 0.2, final: float = 0.0
 ) -> LambdaLR:
@@ -43,6 +46,7 @@ def warmup_linear(
     return LambdaLR(optimizer, factor)
 
 
+@SCHEDULES.register("exp_decay")
 def exp_decay(optimizer: Optimizer, constant_epochs: int = 10, k: float = 0.1) -> LambdaLR:
     """Keras's LearningRateScheduler recipe (stepped per epoch): the base lr for epochs 0..constant_epochs-1, then
     x exp(-k) per epoch from epoch `constant_epochs` on, so epoch 10 runs at x0.9048 and epoch 11 at x0.8187.
@@ -55,48 +59,42 @@ def exp_decay(optimizer: Optimizer, constant_epochs: int = 10, k: float = 0.1) -
 
 def planned(config) -> bool:
     """Whether a scheduler config plans its course over the whole run (it takes total_steps): OneCycle, cosine."""
-    if not config:
-        return False
-    from hydra.utils import get_object
-
-    return "total_steps" in inspect.signature(get_object(str(config["_target_"]))).parameters
+    return bool(config) and "total_steps" in arguments(SCHEDULES.get(config.get("type")))[0]
 
 
 def build(config: dict, optimizer: Optimizer, total_steps: Callable[[str], int]):
-    """A scheduler config (a partial plus `interval`) -> (scheduler, interval).
+    """A scheduler config (its `type`, arguments and `interval`) -> (scheduler, interval).
 
     `total_steps(interval)` is only called for schedulers that take a `total_steps` argument.
     """
-    from hydra.utils import instantiate
-
     config = dict(config)
     interval = config.pop("interval", "step")
-    make = instantiate(config)
+    make = SCHEDULES.get(config.get("type"))
     kwargs = {}
-    parameters = inspect.signature(make.func).parameters
+    parameters = inspect.signature(make).parameters
     if "total_steps" in parameters:
         kwargs["total_steps"] = int(total_steps(interval))
-        kwargs.update(_fit_horizon(make, parameters, kwargs["total_steps"], interval))
+        kwargs.update(_fit_horizon(make, config, parameters, kwargs["total_steps"], interval))
     # PerExamplesSGD's lr is per 1024 examples: its step lr is that times lr_scale.
     scale = getattr(optimizer, "lr_scale", 1.0)
     mults = [group.get("lr_mult", 1.0) * scale for group in optimizer.param_groups]
-    if "max_lr" in make.keywords and any(m != 1 for m in mults):
+    if "max_lr" in config and any(m != 1 for m in mults):
         # OneCycleLR sets each group's lr from max_lr, not from the group's own: one max_lr per group, scaled
         # (a group's lr_mult, brisk.models.param_groups). Schedulers that scale the group's lr keep it as it is.
-        kwargs["max_lr"] = [float(make.keywords["max_lr"]) * m for m in mults]
-    return make(optimizer, **kwargs), interval
+        kwargs["max_lr"] = [float(config["max_lr"]) * m for m in mults]
+    return SCHEDULES.build({**config, **kwargs}, optimizer=optimizer), interval
 
 
-def _fit_horizon(make, parameters, total: int, interval: str) -> dict:
+def _fit_horizon(make, config: dict, parameters, total: int, interval: str) -> dict:
     """The keyword arguments that make a planned schedule run over `total` steps: {} for most runs, a warm-up of
     two steps where pct_start gives exactly one. Refuses, before training, what no adjustment can run."""
-    name = getattr(make.func, "__name__", str(make.func))
+    name = getattr(make, "__name__", str(make))
     if total < 1:
         raise BriskError(
             f"scheduler {name} plans over the run's {interval}s, and this run has {total}. "
             "Train for at least one optimizer step, or use scheduler=none."
         )
-    pct = make.keywords.get("pct_start", parameters["pct_start"].default) if "pct_start" in parameters else None
+    pct = config.get("pct_start", parameters["pct_start"].default) if "pct_start" in parameters else None
     if pct is None or float(pct * total) != 1.0:
         return {}
     # torch's OneCycleLR ends a one-step warm-up on the step it starts, and divides by zero. Small runs (4 steps at

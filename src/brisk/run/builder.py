@@ -6,7 +6,6 @@ them one by one, brisk.run.prepare all at once for the other commands).
 from __future__ import annotations
 
 import lightning as L
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from brisk import compat
@@ -21,43 +20,48 @@ from brisk.callbacks import (
     TimeToAccuracy,
 )
 from brisk.checkpoints.io import SafeCheckpointIO
-from brisk.models.build import build_model
+from brisk.models.build import build_datamodule, build_model
+from brisk.registry import CALLBACKS, LOGGERS, PROFILERS, Registry, check_arguments, construct
 from brisk.run import launch
 from brisk.run.precision import resolve
 from brisk.run.profiler import NoProfiler
+from brisk.utils.config import plain
 
 __all__ = ["always_on", "build_datamodule", "build_model", "make_trainer"]
 
 
-def _instantiate_all(group: DictConfig | None) -> list:
-    """Instantiate every entry of a name -> config mapping (callbacks, loggers); null entries are off."""
-    return [instantiate(c) for c in (group or {}).values() if c is not None]
+def _build_all(registry: Registry, group: DictConfig | None, key: str) -> list:
+    """Build every entry of a name -> config mapping (callbacks, loggers) by its `type`; null entries are off."""
+    return [registry.build(plain(c), key=f"{key}.{name}") for name, c in (group or {}).items() if c is not None]
 
 
 def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.Trainer:
     """The Trainer of `cfg`, with brisk's checkpoint IO and `extra_callbacks`; checks nothing, starts nothing."""
     precision = resolve(cfg.trainer.precision, str(cfg.trainer.accelerator))
-    callbacks = [*_instantiate_all(cfg.get("callbacks")), *extra_callbacks]
+    callbacks = [*_build_all(CALLBACKS, cfg.get("callbacks"), "callbacks"), *extra_callbacks]
     if cfg.trainer.get("enable_model_summary") is not False:  # Lightning's, with the FLOPs of one image counted
         callbacks.append(ModelSummary())
     # Checkpoints are written by temp file + rename and always read with weights_only=True.
-    plugins = [SafeCheckpointIO(), *instantiate(cfg.trainer.get("plugins") or [])]
-    quiet = {} if cfg.trainer.get("profiler") else {"profiler": NoProfiler()}
-    trainer = instantiate(
-        cfg.trainer,
+    arguments = plain(cfg.trainer)
+    del arguments["precision"]  # resolved above
+    check_arguments(L.Trainer, arguments, "trainer")
+    plugins = [SafeCheckpointIO(), *(arguments.pop("plugins", None) or [])]  # Lightning takes names ("...") too
+    profiler = arguments.pop("profiler", None)
+    if isinstance(profiler, dict):  # {type: simple, dirpath: ...}; a bare name is Lightning's to read
+        profiler = PROFILERS.build(profiler)
+    trainer = construct(
+        L.Trainer,
+        "trainer",
+        **arguments,
         precision=precision,
         callbacks=callbacks,
-        logger=_instantiate_all(cfg.get("logger")),
+        logger=_build_all(LOGGERS, cfg.get("logger"), "logger"),
         plugins=plugins,
-        **quiet,
+        profiler=profiler or NoProfiler(),
     )
     for callback in trainer.callbacks:  # with those Lightning adds itself (the model summary)
         compat.skip_empty_hooks(callback)
     return trainer
-
-
-def build_datamodule(cfg: DictConfig) -> L.LightningDataModule:
-    return instantiate(cfg.data)
 
 
 def always_on(target_acc: float | None = None) -> list[L.Callback]:

@@ -15,12 +15,14 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from brisk import registry as registry_
 from brisk.checkpoints import paths
-from brisk.data import kornia_augment
+from brisk.data.augment_ops import Augmentation
 from brisk.data.images import PILLOW_PIXELS
 from brisk.errors import BriskError
 from brisk.models.classifier import check_optimizer
 from brisk.run import precision
+from brisk.utils.config import plain
 
 # ckpt_path values that Lightning resolves itself rather than reading as a file name.
 INT, NUM, BOOL = "a whole number", "a number", "true or false"
@@ -102,7 +104,8 @@ TUNE = {
 def validate(cfg: DictConfig) -> None:
     """Raise BriskError for the first bad value in a composed train or eval config."""
     values(cfg)
-    kornia_augment.check(OmegaConf.select(cfg, "data.augment"))
+    Augmentation(plain(OmegaConf.select(cfg, "data.augment")))  # every key a registered op, with values it takes
+    types(cfg)
     trainer = cfg.trainer
     precision.name(trainer.precision)
     if "accumulate_grad_batches" in trainer:
@@ -114,6 +117,19 @@ def validate(cfg: DictConfig) -> None:
     world = device_count(trainer) * num_nodes(trainer)
     batch_split(cfg.data, world)
     checkpoint_exists(cfg.get("ckpt_path"))
+
+
+def types(cfg: DictConfig) -> None:
+    """Every class the config picks is a registered name, given only arguments it takes: refused here, before
+    anything is built or the run directory is kept, rather than when fit reaches the optimizer."""
+    for registry in registry_.SINGLE:
+        spec = OmegaConf.select(cfg, registry.key)
+        if spec is not None:  # interval: how often Lightning steps a scheduler, not its argument
+            registry.check({k: v for k, v in plain(spec).items() if k != "interval"})
+    for registry in registry_.GROUPS:
+        for name, spec in (cfg.get(registry.key) or {}).items():
+            if spec is not None:
+                registry.check(plain(spec), f"{registry.key}.{name}")
 
 
 def values(cfg: DictConfig, *tables: dict) -> None:

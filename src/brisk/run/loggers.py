@@ -1,9 +1,21 @@
-"""The end of a run's loggers that Lightning leaves open."""
+"""The loggers and profilers conf/ picks by name, and the end of a run's loggers that Lightning leaves open."""
 
 from __future__ import annotations
 
 import lightning as L
+from lightning.pytorch import loggers, profilers
 from lightning.pytorch.loggers import WandbLogger
+
+from brisk.registry import LOGGERS, PROFILERS
+
+# Lightning's own; each imports its package (mlflow, wandb, tensorboard) only when a run builds it.
+LOGGERS.register("csv", loggers.CSVLogger)
+LOGGERS.register("tensorboard", loggers.TensorBoardLogger)
+LOGGERS.register("mlflow", loggers.MLFlowLogger)
+LOGGERS.register("wandb", WandbLogger)
+PROFILERS.register("simple", profilers.SimpleProfiler)
+PROFILERS.register("advanced", profilers.AdvancedProfiler)
+PROFILERS.register("pytorch", profilers.PyTorchProfiler)
 
 
 def finish(trainer: L.Trainer) -> None:

@@ -10,6 +10,7 @@ the model is also compared with the checkpoint's own hyperparameters, since its 
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from pathlib import Path
@@ -20,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from brisk.checkpoints import paths, restore
 from brisk.checkpoints.io import peek, resumable
+from brisk.checkpoints.legacy import renamed
 from brisk.errors import BriskError
 from brisk.optim import schedules
 from brisk.run import launch
@@ -27,9 +29,9 @@ from brisk.run import launch
 log = logging.getLogger("brisk")
 
 # What the weights must fit: another value means another model.
-MODEL_KEYS = ("model._target_", "model.net")
+MODEL_KEYS = ("model.net",)
 # Whose optimizer and scheduler state the checkpoint holds.
-STATE_KEYS = ("optimizer._target_", "scheduler._target_")
+STATE_KEYS = ("optimizer.type", "scheduler.type")
 # What sets the number of optimizer steps: a planned schedule (OneCycle, cosine) cannot follow a change.
 HORIZON_KEYS = (
     "trainer.max_epochs",
@@ -73,8 +75,8 @@ def _say(changes: list[tuple[str, Any, Any]]) -> str:
 def compare(cfg: DictConfig, ckpt: Path, checkpoint: dict) -> None:
     """Refuse a resume whose config the checkpoint cannot continue; log the changes it can."""
     hparams = checkpoint.get("hyper_parameters") or {}
-    from_ckpt = {"model": {"net": hparams.get("net"), "num_classes": hparams.get("num_classes")}}
-    model = _changes(from_ckpt, cfg, MODEL_KEYS[1:]) if "net" in hparams else []
+    from_ckpt = renamed({"model": {"net": copy.deepcopy(hparams.get("net"))}})  # an earlier brisk's code paths
+    model = _changes(from_ckpt, cfg, MODEL_KEYS) if "net" in hparams else []
     saved = restore.run_config(ckpt)
     if saved is None:
         log.warning("%s: no saved run config beside it, so this resume is not compared with the run's config", ckpt)
@@ -93,7 +95,7 @@ def compare(cfg: DictConfig, ckpt: Path, checkpoint: dict) -> None:
     scheduler = cfg.get("scheduler")
     if horizon and schedules.planned(scheduler):
         raise BriskError(
-            f"ckpt_path={ckpt}: scheduler {scheduler._target_.rsplit('.', 1)[-1]} planned its whole course over the "
+            f"ckpt_path={ckpt}: scheduler {scheduler.type} planned its whole course over the "
             f"run's optimizer steps and cannot be stretched, and this changes them ({_say(horizon)}). {fix} "
             "(scheduler=none, step or exp_decay can be resumed for more epochs.)"
         )

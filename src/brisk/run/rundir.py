@@ -119,7 +119,10 @@ class Run:
         hydra_cfg = HydraConfig.instance().cfg
         # Resolved: paths such as data.root come from ${oc.env:BRISK_ROOT,.} and the working folder, which
         # eval, predict and export, started elsewhere, would otherwise resolve to another folder.
-        write_text(record / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        # Without `imports`: a run's files never say what to import (brisk.checkpoints.restore refuses the key).
+        saved = OmegaConf.to_container(cfg, resolve=True)
+        saved.pop("imports", None)
+        write_text(record / "config.yaml", OmegaConf.to_yaml(saved))
         write_text(record / "hydra.yaml", OmegaConf.to_yaml(hydra_cfg))
         write_text(record / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task))
 

@@ -16,7 +16,6 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from torchvision.utils import save_image
 
-from brisk.data import augment as aug
 from brisk.errors import BriskError
 from brisk.run import checks, preflight
 from brisk.run.builder import build_datamodule
@@ -39,7 +38,7 @@ def show(cfg: DictConfig) -> Path:
     images, rows, _ = datamodule.splits["train"]
     columns = min(COLUMNS, len(rows))
     before = images.index_select(0, rows[: min(ROWS * columns, len(rows)) // columns * columns])
-    after = aug.augment(before, **datamodule.per_image_augment)
+    after = datamodule.augmentation.per_image(before)
     pairs = torch.stack([t.view(-1, columns, *t.shape[1:]) for t in (before, after)], 1)  # rows, 2, columns, ...
     grid = pairs.flatten(0, 2).float().div_(255)
     factor = max(1, MIN_SIDE // grid.shape[-1])

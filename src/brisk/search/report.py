@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from brisk.errors import BriskError
+from brisk.registry import CALLBACKS
 from brisk.utils.config import plain
 
 log = logging.getLogger("brisk")
@@ -59,6 +60,7 @@ class Trial:
         return study.pruner.prune(study, storage.get_trial(trial_id))
 
 
+@CALLBACKS.register("optuna_trial")
 class TrialReport(L.Callback):
     """Reports `monitor` at the end of each validation (step = epoch) and raises optuna.TrialPruned when the
     pruner says so. Outside a search it does nothing but join the verdict's broadcast under DDP."""

@@ -32,7 +32,7 @@ from omegaconf.errors import (
 )
 
 from brisk import compat
-from brisk.errors import BriskError, first_line
+from brisk.errors import BriskError, BuildError, first_line
 from brisk.utils.config import nodes
 
 
@@ -42,11 +42,13 @@ def explain(error: BaseException, cfg: Any = None, overrides: Sequence[str] = ()
     `cfg` is the job's config (to find the key of the node Hydra was building), `overrides` the command line's
     (to name the ones that set that key)."""
     innermost = error
-    while isinstance(innermost.__cause__, InstantiationException):
+    while isinstance(innermost.__cause__, InstantiationException | BuildError):
         innermost = innermost.__cause__
-    cause = innermost.__cause__ if isinstance(innermost, InstantiationException) else innermost
+    cause = innermost.__cause__ if isinstance(innermost, InstantiationException | BuildError) else innermost
     if isinstance(cause, BriskError):
         return cause
+    if isinstance(innermost, BuildError) and cause is not None:
+        return _refused(innermost.key, innermost.shown, cause, list(overrides))
     if (
         isinstance(innermost, InstantiationException)
         and cause is not None
@@ -138,6 +140,13 @@ def _constructor(
     package = _missing_package(cause)
     if isinstance(cause, ImportError) and package in (None, target.split(".")[0]):  # the name itself is wrong
         return BriskError(f"{key}._target_={shown}: nothing can be imported by that name. Correct the name.")
+    return _refused(key, shown, cause, overrides)
+
+
+def _refused(key: str, shown: str, cause: BaseException, overrides: list[str]) -> BriskError | None:
+    """What the constructor of `shown`, built from `key`, raised, if it is a user's mistake: a package it needs, or
+    settings it refused."""
+    package = _missing_package(cause)
     if package:
         extra = _extra_for(package)
         install = f"pip install -e '.[{extra}]' (brisk's {extra} extra)" if extra else f"pip install {package}"

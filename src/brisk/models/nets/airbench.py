@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from brisk.registry import NETS
+
 
 class _BatchNorm(nn.BatchNorm2d):
     # airbench uses a small momentum-like smoothing (0.6 in its convention = 0.4 here) and a
@@ -61,6 +63,7 @@ def whitening(mean: torch.Tensor, covariance: torch.Tensor, eps: float = 5e-4) -
     return weight.float(), -(weight @ mean).float()
 
 
+@NETS.register("airbench")
 class AirbenchNet(nn.Module):
     def __init__(
         self,

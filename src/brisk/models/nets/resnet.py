@@ -9,7 +9,10 @@ from __future__ import annotations
 from torch import nn
 from torchvision.models import resnet18
 
+from brisk.registry import NETS
 
+
+@NETS.register("resnet18")
 def cifar_resnet18(num_classes: int = 10, dropout: float = 0.0) -> nn.Module:
     net = resnet18(weights=None, num_classes=num_classes)
     net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)

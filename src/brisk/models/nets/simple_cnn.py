@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from brisk.registry import NETS
+
 
 def _block(c_in: int, c_out: int, norm: bool, pool: bool) -> list[nn.Module]:
     layers: list[nn.Module] = [nn.Conv2d(c_in, c_out, 3, padding=1, bias=not norm)]
@@ -15,6 +17,7 @@ def _block(c_in: int, c_out: int, norm: bool, pool: bool) -> list[nn.Module]:
     return layers
 
 
+@NETS.register("simple_cnn")
 class SimpleCNN(nn.Sequential):
     """Three conv blocks (w, 2w, 4w channels), each halving the resolution, then average and linear.
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from brisk.errors import BriskError, first_line
+from brisk.registry import NETS
 
 FIX = "pass model.net.weights=<a state_dict file saved with torch.save or safetensors>"
 
@@ -106,6 +107,7 @@ def load_backbone(model: nn.Module, state: dict[str, torch.Tensor], source: str)
     model.load_state_dict(state, strict=False)
 
 
+@NETS.register("timm")
 class TimmNet(nn.Module):
     """A timm model with `num_classes` outputs.
 

@@ -1,0 +1,208 @@
+"""The training augmentation by name: each key of `data.augment` is a registered op, its value the op's argument
+(`0`, `false` or `null`: off, and then the op is not even built).
+
+An op is a class registered under the keys it takes (`CropFlip` under `crop_pad` and `flip`, so a crop and a flip
+are one copy of the batch), built once with those keys' values, and it says when it runs:
+- `uint8`: on the uint8 batch on the training device, first (`op(x, flips)`; `flips`, one bool per image, is
+  set only under `flip: alternate`);
+- `float`: on the batch as floats in [0, 1], as Kornia works; these ops' modules make one `nn.Sequential`, built
+  once per device, and the batch is converted once on the way in and once back to uint8;
+- `uint8_after`: on the uint8 batch again (cutout, as DeVries & Taylor cut the augmented image);
+- `mix`: after normalization, with the labels (`op(x, y) -> (x, soft y)`); built with the number of classes.
+Within a stage the ops run in the order of their keys in `data.augment`.
+
+A new op is one class (`@AUGMENTS.register("blur", stage="float")` with a `module()` that returns the
+`nn.Module`), and optionally `conf/augment/blur.yaml` (`# @package data.augment`, `blur: 3`). On the command line,
+`+data.augment.blur=3`, or `data.augment.blur=3` once the YAML lists the key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from brisk.data import augment as aug
+from brisk.data import mixing
+from brisk.errors import BriskError
+from brisk.registry import AUGMENTS
+
+STAGES = ("uint8", "float", "uint8_after", "mix")
+POLICIES = ("trivialaugment",)
+
+
+def on(value: Any) -> bool:
+    """Whether a key's value turns its op on: 0, false and null are off."""
+    return value is not None and value is not False and not (type(value) in (int, float) and value == 0)
+
+
+@AUGMENTS.register("crop_pad", stage="uint8")
+class CropFlip:
+    """Random crop with `crop_pad` px of zero padding, and horizontal flips (`true`: a random half; `alternate`:
+    each image mirrored in every other epoch, airbench's derandomized flip, brisk.data.loader), in one copy."""
+
+    def __init__(self, crop_pad: int = 0, flip: bool | str = False) -> None:
+        self.crop_pad, self.flip = int(crop_pad), on(flip)
+
+    def __call__(self, x: torch.Tensor, flips: torch.Tensor | None = None) -> torch.Tensor:
+        return aug.random_crop(x, self.crop_pad, flips if flips is not None else self.flip)
+
+
+AUGMENTS.register("flip", CropFlip, stage="uint8")
+
+
+@AUGMENTS.register("cutout_size", stage="uint8_after")
+class Cutout:
+    """One `cutout_size` x `cutout_size` square per image zeroed (DeVries & Taylor 2017: 16 px on CIFAR-10)."""
+
+    def __init__(self, cutout_size: int) -> None:
+        self.size = int(cutout_size)
+
+    def __call__(self, x: torch.Tensor, flips: torch.Tensor | None = None) -> torch.Tensor:
+        return aug.cutout(x, self.size)
+
+
+@AUGMENTS.register("rotate", stage="float")
+class Affine:
+    """Each image turned by its own angle in [-rotate, rotate] and zoomed by its own factor in `scale` (one warp
+    for both: Kornia's RandomAffine)."""
+
+    def __init__(self, rotate: float = 0, scale: list[float] | None = None) -> None:
+        if scale is not None:
+            pair = list(scale) if isinstance(scale, list | tuple) else []
+            numbers = all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in pair)
+            if len(pair) != 2 or not numbers:
+                raise BriskError(
+                    f"data.augment.scale={scale!r} must be a range [low, high], e.g. data.augment.scale=[0.9,1.1] "
+                    "(or null for none)."
+                )
+            if not 0 < pair[0] <= pair[1]:
+                fix = sorted(pair) if min(pair) > 0 else [0.9, 1.1]
+                raise BriskError(
+                    f"data.augment.scale={pair} must be a zoom range [low, high] with 0 < low <= high, "
+                    f"e.g. data.augment.scale=[{fix[0]},{fix[1]}]."
+                )
+        self.rotate, self.scale = float(rotate), None if scale is None else tuple(float(s) for s in scale)
+
+    def module(self) -> nn.Module:
+        import kornia.augmentation as K  # here: a run that uses none of the float ops never imports Kornia
+
+        return K.RandomAffine(degrees=self.rotate, scale=self.scale, p=1.0)
+
+
+AUGMENTS.register("scale", Affine, stage="float")
+
+
+@AUGMENTS.register("color_jitter", stage="float")
+class ColorJitter:
+    """Brightness, contrast and saturation, each scaled by its own factor in [1 - j, 1 + j] per image."""
+
+    def __init__(self, color_jitter: float) -> None:
+        self.strength = float(color_jitter)
+
+    def module(self) -> nn.Module:
+        import kornia.augmentation as K
+
+        j = self.strength
+        return K.ColorJitter(brightness=j, contrast=j, saturation=j, p=1.0)
+
+
+@AUGMENTS.register("policy", stage="float")
+class Policy:
+    """TrivialAugment (Mueller & Hutter 2021): one operation per image, each image its own."""
+
+    def __init__(self, policy: str) -> None:
+        if policy not in POLICIES:
+            raise BriskError(
+                f"data.augment.policy={policy!r} is not a policy brisk has. Use data.augment.policy="
+                f"{'|'.join(POLICIES)}, or null for none."
+            )
+
+    def module(self) -> nn.Module:
+        from kornia.augmentation.auto import TrivialAugment
+
+        from brisk.data.kornia_augment import PerImageChoice
+
+        return PerImageChoice(list(TrivialAugment().children()))
+
+
+@AUGMENTS.register("erasing", stage="float")
+class Erasing:
+    """With probability `erasing`, one random box of the image erased (Zhong et al. 2020)."""
+
+    def __init__(self, erasing: float) -> None:
+        self.p = float(erasing)
+
+    def module(self) -> nn.Module:
+        import kornia.augmentation as K
+
+        return K.RandomErasing(p=self.p)
+
+
+@AUGMENTS.register("mixup_alpha", stage="mix")
+class Mixing:
+    """Mixup and cutmix (brisk.data.mixing): with both on, each batch gets one of the two."""
+
+    def __init__(self, num_classes: int, mixup_alpha: float | None = None, cutmix_alpha: float | None = None) -> None:
+        self.mix = mixing.mixer(num_classes, mixup_alpha, cutmix_alpha)
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.mix(x, y)
+
+
+AUGMENTS.register("cutmix_alpha", Mixing, stage="mix")
+
+
+class Augmentation:
+    """`data.augment` built: its ops by stage, each built once. Checks every key (an unregistered one, or a value
+    an op refuses) when made, before anything is trained."""
+
+    def __init__(self, augment: Mapping[str, Any] | None) -> None:
+        augment = dict(augment or {})
+        chosen: dict[Callable, dict[str, Any]] = {}  # op class -> its keys' values, in the order of the keys
+        for key, value in augment.items():
+            op = AUGMENTS.get(key, f"data.augment.{key}")
+            if on(value):
+                chosen.setdefault(op, {})[key] = value
+        self.alternating = augment.get("flip") == "alternate"
+        self._ops: dict[str, list] = {stage: [] for stage in STAGES}
+        self._mix: list[tuple[Callable, dict[str, Any]]] = []
+        for op, values in chosen.items():
+            stage = AUGMENTS.meta(next(iter(values)))["stage"]
+            if stage == "mix":
+                self._mix.append((op, values))  # built by `mixer`, which knows the number of classes
+            else:
+                self._ops[stage].append(op(**values))
+        self._float: dict[torch.device, nn.Module] = {}
+
+    @property
+    def ops(self) -> list:
+        """The per-image ops built, in the order they run."""
+        return [op for stage in STAGES[:-1] for op in self._ops[stage]]
+
+    def per_image(self, x: torch.Tensor, flips: torch.Tensor | None = None) -> torch.Tensor:
+        """A uint8 batch through the uint8, float and uint8_after ops; uint8 out."""
+        for op in self._ops["uint8"]:
+            x = op(x, flips)
+        if self._ops["float"]:
+            x = self._floats(x)
+        for op in self._ops["uint8_after"]:
+            x = op(x, flips)
+        return x
+
+    @torch.no_grad()  # Kornia's policy ops hold their magnitudes as parameters: no graph through them
+    def _floats(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device not in self._float:  # built once per device: their samplers then draw there
+            self._float[x.device] = nn.Sequential(*(op.module() for op in self._ops["float"])).to(x.device)
+        y = self._float[x.device](x.float().div_(255))
+        return y.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
+
+    def mixer(self, num_classes: int) -> Callable | None:
+        """The mixing op, with labels (x, y) -> (x, soft y), or None when no mixing key is on."""
+        mixers = [op(num_classes=num_classes, **values) for op, values in self._mix]
+        if len(mixers) > 1:
+            raise BriskError("data.augment: two mixing ops are on, and a batch can be mixed by one. Turn one off.")
+        return mixers[0] if mixers else None
