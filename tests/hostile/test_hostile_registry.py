@@ -137,7 +137,9 @@ def genuine(brisk_root) -> tuple[dict, dict]:
         "hyper_parameters": dict(model.hparams),
         "pytorch-lightning_version": L.__version__,
     }
-    return OmegaConf.to_container(cfg, resolve=True), checkpoint
+    saved = OmegaConf.to_container(cfg, resolve=True)
+    del saved["imports"]  # as brisk writes a run's record (brisk.run.rundir)
+    return saved, checkpoint
 
 
 @pytest.fixture(scope="module")
