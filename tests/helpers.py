@@ -301,3 +301,24 @@ def env_with_tests() -> dict:
     """signal_at importable, and this brisk (the one under test, not an installed one) first."""
     paths = [str(Path(__file__).parent), str(Path(brisk.__file__).parents[1])]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+# -- a call that must not hang
+
+
+@contextlib.contextmanager
+def deadline(seconds: float = 10.0):
+    """Fail the test, instead of hanging the suite, if the block takes longer than `seconds`: SIGALRM interrupts even
+    a blocking open() of a FIFO or a read of /dev/zero (in the main thread, where pytest runs tests)."""
+    import signal
+
+    def expired(signum, frame):
+        raise AssertionError(f"still running after {seconds} s: it hangs")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from torchvision.io import write_png
 
 from brisk.checkpoints import restore
@@ -17,7 +18,7 @@ from helpers import main_in_process, read_summary, run_cli, run_dir_of
 def test_pngs(tiny_trained, tmp_path_factory) -> tuple[Path, list[str]]:
     """The run's test split as PNG files (lossless), named <index>_<label>.png, and the run's class names."""
     run_dir, _ = tiny_trained
-    data = build_datamodule(restore.run_config(run_dir / "checkpoints" / "last.ckpt"))
+    data = build_datamodule(OmegaConf.create(restore.run_config(run_dir / "checkpoints" / "last.ckpt")))  # plain data
     data.prepare_data()
     data.setup("test")
     images, labels = data.tensors("test")

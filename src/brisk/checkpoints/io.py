@@ -26,6 +26,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from brisk.errors import BriskError
+from brisk.utils import run_files
 from brisk.utils.files import published
 
 
@@ -33,12 +34,20 @@ from brisk.utils.files import published
 def readable(path: str | os.PathLike) -> Iterator[None]:
     """Turn torch.load's failures on `path` into one BriskError that names the file and the fix.
 
-    Only torch.load's own errors are translated; anything else (a bug, out of memory) passes unchanged.
+    Only torch.load's own errors are translated; anything else (a bug, out of memory) passes unchanged. Only a
+    regular file is opened: torch.load would wait forever on a FIFO and read a link to /dev/zero without end.
     """
+    if os.path.lexists(path):  # a missing file is FileNotFoundError below, with its own line
+        run_files.regular(path)
     try:
         yield
     except FileNotFoundError:
         raise BriskError(f"ckpt_path={path}: no such file. Pass the path of a .ckpt brisk wrote.") from None
+    except RecursionError:  # a crafted pickle nests containers deeper than the reader can follow
+        raise BriskError(
+            f"{path}: refused to load: it nests containers deeper than any checkpoint brisk writes. Use a checkpoint "
+            "written by brisk-train."
+        ) from None
     except OSError as e:  # a truncated archive makes torch's zip reader fail with EINVAL
         raise BriskError(
             f"{path}: cannot be read as a checkpoint ({e.strerror or e}): it is truncated, corrupt or unreadable. "
@@ -80,7 +89,9 @@ def peek(path: str | os.PathLike) -> dict[str, Any]:
     zip format, which Lightning writes, is memory-mapped (anything else is read whole). For the checks that only
     look at its hyperparameters and counters before Lightning loads it for real."""
     with readable(path):
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    run_files.shallow(checkpoint, path)
+    return checkpoint
 
 
 # What Lightning's fit(ckpt_path=...) reads to resume (lightning 2.6.6 fails on a missing one with a KeyError).
@@ -132,5 +143,8 @@ class SafeCheckpointIO(TorchCheckpointIO):
         # Always weights_only=True, whatever the caller passes: a checkpoint is data, never code.
         with readable(path):
             if map_location is None:
-                return super().load_checkpoint(path, weights_only=True)
-            return super().load_checkpoint(path, map_location=map_location, weights_only=True)
+                checkpoint = super().load_checkpoint(path, weights_only=True)
+            else:
+                checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=True)
+        run_files.shallow(checkpoint, path)
+        return checkpoint

@@ -31,13 +31,15 @@ def last(run_dir: str | Path) -> Path:
 
 
 def lasts(folder: Path) -> list[Path]:
-    """The last checkpoints in a checkpoint folder: last.ckpt and the last-vN.ckpt Lightning keeps beside it."""
-    return sorted(p for p in folder.glob("last*.ckpt") if p.is_file())
+    """The last checkpoints in a checkpoint folder: last.ckpt and the last-vN.ckpt Lightning keeps beside it.
+    Whatever the name is (a FIFO too), as Lightning finds them: the file brisk checks is the one Lightning opens, and
+    brisk.checkpoints.io refuses one that is not a regular file."""
+    return sorted(p for p in folder.glob("last*.ckpt") if not p.is_dir())
 
 
 def hpcs(run_dir: Path) -> list[Path]:
-    """A SLURM job's requeue checkpoints in its run directory."""
-    return sorted(p for p in run_dir.glob(f"{HPC}*.ckpt") if p.is_file())
+    """A SLURM job's requeue checkpoints in its run directory (whatever they are, as `lasts`)."""
+    return sorted(p for p in run_dir.glob(f"{HPC}*.ckpt") if not p.is_dir())
 
 
 def is_hpc(path: Path) -> bool:
@@ -57,7 +59,7 @@ def resolve(ckpt_path: str | None, run_dir: Path) -> Path | None:
         return None
     if str(ckpt_path) in KEYWORDS:
         found = lasts(run_dir / FOLDER) if ckpt_path == "last" else hpcs(run_dir)
-        return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
+        return max(found, key=lambda p: p.lstat().st_mtime_ns) if found else None
     return Path(ckpt_path)
 
 

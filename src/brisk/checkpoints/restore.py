@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
@@ -32,6 +32,7 @@ from brisk.checkpoints.paths import run_dir_of
 from brisk.errors import BriskError, first_line
 from brisk.models.build import build_model
 from brisk.registry import AUGMENTS, SINGLE, Registry
+from brisk.utils import run_files
 from brisk.utils.config import nodes
 
 log = logging.getLogger("brisk")
@@ -53,19 +54,17 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else f"{text[:77]}..."
 
 
-def run_config(ckpt_path: str | Path) -> DictConfig | None:
-    """The saved config of the run that wrote `ckpt_path` (<run>/.hydra/config.yaml), read as data; None if absent.
-    An earlier brisk's code paths read as the names they have now (brisk.checkpoints.legacy)."""
+def run_config(ckpt_path: str | Path) -> dict[str, Any] | None:
+    """The saved config of the run that wrote `ckpt_path` (<run>/.hydra/config.yaml) as plain data, None if absent:
+    read by brisk.utils.run_files (no aliases, bounded), and never an OmegaConf node, so no interpolation in it is
+    ever resolved. An earlier brisk's code paths read as the names they have now (brisk.checkpoints.legacy)."""
     path = run_dir_of(ckpt_path) / ".hydra" / "config.yaml"
-    if not path.is_file():
+    if not os.path.lexists(path):  # a FIFO or a dangling link is there: run_files refuses it in one line
         return None
-    try:
-        cfg = OmegaConf.load(path)  # yaml's safe loader: plain values only
-    except (OSError, yaml.YAMLError, OmegaConfBaseException) as e:
-        raise BriskError(f"{path}: cannot be read as a run config ({_first_line(e)}).") from None
-    if not isinstance(cfg, DictConfig):
+    cfg = run_files.load_yaml(path, "a run config")
+    if not isinstance(cfg, dict):
         raise BriskError(f"{path}: not a run config (a mapping of config keys). Restore it from the run, or delete it.")
-    return OmegaConf.create(renamed(OmegaConf.to_container(cfg, resolve=False)))
+    return renamed(cfg)
 
 
 def check(content: dict[str, Any], source: str) -> None:
@@ -143,8 +142,8 @@ def with_run_config(cfg: DictConfig, ckpt_path: str | Path, overrides: Iterable[
     saved = run_config(ckpt_path)
     if saved is not None:
         source = str(run_dir_of(ckpt_path) / ".hydra" / "config.yaml")
-        # Unresolved: an interpolation stays a string, which `check` refuses, and no resolver runs.
-        written = OmegaConf.to_container(saved, resolve=False)
+        # Plain data: an interpolation stays a string, which `check` refuses, and no resolver runs.
+        written = saved
         sections = {key: written[key] for key in RUN_SECTIONS if key in written}
         if "imports" in written:  # brisk writes a run's record without it: a file never says what to import
             check({"imports": written["imports"]}, source)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -22,6 +21,7 @@ from brisk.data.images import PILLOW_PIXELS
 from brisk.errors import BriskError
 from brisk.models.classifier import check_optimizer
 from brisk.run import precision
+from brisk.utils import run_files
 from brisk.utils.config import plain
 
 # ckpt_path values that Lightning resolves itself rather than reading as a file name.
@@ -267,8 +267,9 @@ def batch_split(data: DictConfig, world: int) -> None:
 def checkpoint_exists(ckpt_path) -> None:
     if ckpt_path is None or str(ckpt_path) in paths.KEYWORDS:
         return
-    if not Path(str(ckpt_path)).is_file():
+    if not os.path.lexists(str(ckpt_path)):
         raise BriskError(
             f"ckpt_path={ckpt_path}: no such file. Pass the path of a .ckpt (e.g. <run>/checkpoints/last.ckpt), "
             "or ckpt_path=last together with hydra.run.dir=<run>."
         )
+    run_files.regular(str(ckpt_path))  # a FIFO would hang Lightning's load, and a folder is no checkpoint

@@ -11,8 +11,8 @@ the model is also compared with the checkpoint's own hyperparameters, since its 
 from __future__ import annotations
 
 import copy
-import json
 import logging
+import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,6 +25,7 @@ from brisk.checkpoints.legacy import renamed
 from brisk.errors import BriskError
 from brisk.optim import schedules
 from brisk.run import launch
+from brisk.utils import run_files
 
 log = logging.getLogger("brisk")
 
@@ -48,8 +49,16 @@ DATA_KEYS_IGNORED = ("eval_batch_size", "channels_last", "download")
 
 
 def _value(cfg: DictConfig | dict, key: str) -> Any:
-    """cfg[key] as a plain value, interpolations resolved where they can be."""
-    node = OmegaConf.select(OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg, key, default=None)
+    """cfg[key] as a plain value. This command's config (a DictConfig) is resolved where it can be. What was read
+    from a file (a run's saved config, a checkpoint's hyperparameters: plain dicts) is taken as written, never put
+    in an OmegaConf node: a `${oc.env:SECRET}` in it stays that string, so no resolver runs and no value of it is
+    printed. Tuples compare as the lists a config holds."""
+    if isinstance(cfg, dict):
+        node: Any = cfg
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return _lists(node)
+    node = OmegaConf.select(cfg, key, default=None)
     if isinstance(node, DictConfig | ListConfig):
         try:
             return OmegaConf.to_container(node, resolve=True)
@@ -58,9 +67,15 @@ def _value(cfg: DictConfig | dict, key: str) -> Any:
     return node
 
 
-def _keys(saved: DictConfig, new: DictConfig, section: str, ignored=()) -> list[str]:
+def _lists(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    return [_lists(v) for v in value] if isinstance(value, list | tuple) else value
+
+
+def _keys(saved: DictConfig | dict, new: DictConfig, section: str, ignored=()) -> list[str]:
     """The keys of a section in either config, as dotted names."""
-    keys = {*((saved.get(section) or {}).keys()), *((new.get(section) or {}).keys())}
+    keys = {k for c in (saved, new) if isinstance(s := c.get(section), dict | DictConfig) for k in s}
     return [f"{section}.{k}" for k in sorted(map(str, keys)) if k not in ignored]
 
 
@@ -74,7 +89,8 @@ def _say(changes: list[tuple[str, Any, Any]]) -> str:
 
 def compare(cfg: DictConfig, ckpt: Path, checkpoint: dict) -> None:
     """Refuse a resume whose config the checkpoint cannot continue; log the changes it can."""
-    hparams = checkpoint.get("hyper_parameters") or {}
+    hparams = checkpoint.get("hyper_parameters")
+    hparams = hparams if isinstance(hparams, dict) else {}
     from_ckpt = renamed({"model": {"net": copy.deepcopy(hparams.get("net"))}})  # an earlier brisk's code paths
     model = _changes(from_ckpt, cfg, MODEL_KEYS) if "net" in hparams else []
     saved = restore.run_config(ckpt)
@@ -111,10 +127,9 @@ def compare(cfg: DictConfig, ckpt: Path, checkpoint: dict) -> None:
 
 def _finished(cfg: DictConfig, run_dir: Path, checkpoint: dict) -> dict | None:
     """The run's summary if the checkpoint is where the run ended and the new limits ask for no more training."""
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
+    if not os.path.lexists(run_dir / "summary.json"):
         return None
+    summary = run_files.load_json(run_dir / "summary.json")  # bounded; a FIFO or a link to /dev/zero is refused
     if not isinstance(summary, dict) or summary.get("global_step") != checkpoint.get("global_step"):
         return None  # not the end of a finished run: resuming from an earlier checkpoint trains again
     max_epochs, max_steps = cfg.trainer.get("max_epochs"), cfg.trainer.get("max_steps", -1)
@@ -144,9 +159,11 @@ def resolve(cfg: DictConfig, run_dir: Path) -> Resume:
     if str(ckpt_path) == "last":
         last_exists(cfg, run_dir)
     ckpt = paths.resolve(ckpt_path, run_dir)
-    if ckpt is None or not ckpt.is_file():
+    if ckpt is None or not os.path.lexists(ckpt):
         return Resume(ckpt_path, None, None)  # a fresh run, or `hpc`, which Lightning finds itself or ignores
-    checkpoint = peek(ckpt)  # a crafted or damaged file is refused here, before anything is built
+    # A crafted or damaged file is refused here, before anything is built; so is what is not a regular file (a FIFO
+    # would hang Lightning's load).
+    checkpoint = peek(ckpt)
     resumable(checkpoint, ckpt, ckpt_path)  # the checks below and Lightning's restore read its keys
     compare(cfg, ckpt, checkpoint)
     return Resume(ckpt_path, _finished(cfg, paths.run_dir_of(ckpt), checkpoint), paths.run_dir_of(ckpt))

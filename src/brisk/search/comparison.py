@@ -9,17 +9,16 @@ as data, whatever keys they have; a damaged one is skipped with a warning.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from brisk.errors import BriskError, first_line
+from brisk.errors import BriskError
 from brisk.search.sweep_plot import varying
+from brisk.utils import run_files
 from brisk.utils.files import published, write_text
 from brisk.utils.tables import csv_text, markdown, printable
 
@@ -28,6 +27,8 @@ NAMES = ("comparison.csv", "comparison.md", "comparison.png")
 # The Markdown table's metrics, where the runs have them, in this order; the first accuracy found is plotted.
 MAIN = ["test/acc", "val/acc_best", "test/loss", "fit_seconds", "images_per_sec", "epochs", "params", "flops_per_image"]
 ACCURACY = ("test/acc", "val/acc_best", "val/acc")
+# One labelled bar a run: past this many the labels overlap, and drawing 10,000 took over a minute.
+MAX_PLOTTED = 300
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -51,36 +52,67 @@ def _natural(path: Path) -> list:
 def _overrides(run_dir: Path, summary: dict) -> list[str]:
     """The run's command-line overrides: .hydra/overrides.yaml, or summary.json's copy where that is missing."""
     saved = run_dir / ".hydra" / "overrides.yaml"
-    if saved.is_file():
+    if os.path.lexists(saved):  # a FIFO or a link too: run_files refuses it, with its own line
         try:
-            given = yaml.safe_load(saved.read_text())
+            given = run_files.load_yaml(saved, "a list of overrides")
             if isinstance(given, list):
-                return [str(o) for o in given]
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            log.warning("%s: not readable (%s); using summary.json's overrides", printable(str(saved)), first_line(e))
+                return [_unquoted(str(o)) for o in given]
+        except BriskError as e:
+            log.warning("%s Using summary.json's overrides.", printable(str(e)))
     given = summary.get("overrides")
-    return [str(o) for o in given] if isinstance(given, list) else []
+    return [_unquoted(str(o)) for o in given] if isinstance(given, list) else []
+
+
+def _unquoted(override: str) -> str:
+    """`precision='16-mixed'` as `precision=16-mixed`: a value quoted on the command line is shown as Hydra reads
+    it, so the same value typed both ways is one value, not two."""
+    key, sep, value = override.partition("=")
+    quote = value[:1]
+    if sep and quote in ("'", '"') and len(value) >= 2 and value.endswith(quote):
+        inner, escaped = value[1:-1], "\\" + quote
+        if quote not in inner.replace(escaped, ""):  # one quoted string, not 'a','b'
+            return f"{key}={inner.replace(escaped, quote)}"
+    return override
+
+
+def _numbers_only(summary: dict[str, Any], run: str) -> dict[str, Any]:
+    """The flattened summary without numbers no table or plot can hold (NaN, infinities, an int past float's range
+    such as 10**400), each run's left out in one warning line: the run itself stays in the comparison."""
+    absurd = [k for k, v in summary.items() if isinstance(v, int | float) and not _finite(v)]
+    if absurd:
+        log.warning("%s: left out %s: not a finite number", printable(run), ", ".join(printable(k) for k in absurd))
+    return {k: v for k, v in summary.items() if k not in absurd}
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def gather(folder: Path) -> list[dict[str, Any]]:
     """One row per readable summary.json below `folder`: `run` (its folder, relative), `overrides`, and its
-    flattened numbers."""
+    flattened numbers. Each summary is read by brisk.utils.run_files: a FIFO, a link to /dev/zero, a file too large
+    or nested too deep is skipped with a warning, as a damaged one is."""
     folder = Path(folder)
     if not folder.is_dir():
         raise BriskError(f"{folder}: no such folder. Give the folder that holds the runs, e.g. logs/train/runs.")
     rows = []
     for path in sorted(folder.rglob("summary.json"), key=_natural):
         try:
-            summary = json.loads(path.read_text())
+            summary = run_files.load_json(path)
             if not isinstance(summary, dict):
-                raise ValueError(f"a JSON {type(summary).__name__}, not an object")
-        except (OSError, UnicodeDecodeError, ValueError) as e:
+                raise BriskError(f"{path}: a JSON {type(summary).__name__}, not an object")
+        except BriskError as e:
             # printable: a run folder's name may hold terminal escape sequences
-            log.warning("%s: skipped, not a readable summary (%s)", printable(str(path)), first_line(e))
+            reason = str(e).removeprefix(f"{path}: ")
+            log.warning("%s: skipped, not a readable summary (%s)", printable(str(path)), printable(reason))
             continue
         run = path.parent.relative_to(folder).as_posix()
         name = run if run != "." else path.parent.name  # the folder is itself a run
-        rows.append({**flatten(summary), "run": name, "overrides": _overrides(path.parent, summary)})
+        numbers = _numbers_only(flatten(summary), name)
+        rows.append({**numbers, "run": name, "overrides": _overrides(path.parent, summary)})
     if not rows:
         raise BriskError(
             f"{folder}: no readable summary.json below it, so there is nothing to compare. Give a folder of finished "
@@ -129,6 +161,14 @@ def plot(rows: list[dict[str, Any]], swept: list[str], path: Path) -> bool:
         log.info("%s skipped: matplotlib is not installed (pip install -e '.[plots]')", path.name)
         return False
     drawn = [r for r in rows if isinstance(r.get(metric), int | float) and math.isfinite(r[metric])]
+    if len(drawn) > MAX_PLOTTED:
+        log.warning(
+            "%s skipped: %d runs are more than one plot shows (at most %d bars); the tables hold every run",
+            path.name,
+            len(drawn),
+            MAX_PLOTTED,
+        )
+        return False
     labels = [printable(" ".join([r["run"], *(f"{k}={r[k]}" for k in swept if r.get(k) != "")])) for r in drawn]
     fig = Figure(figsize=(11, 1.2 + 0.35 * len(drawn)), layout="constrained")
     bars, timed = fig.subplots(1, 2, width_ratios=[3, 2])
