@@ -19,7 +19,6 @@ from lightning.pytorch.loops import _FitLoop
 from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
 from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
-from lightning.pytorch.trainer.connectors.logger_connector import _LoggerConnector
 from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 from torch import nn
 
@@ -68,72 +67,10 @@ def save_now(callback: ModelCheckpoint, trainer: L.Trainer) -> None:
     callback._save_last_checkpoint(trainer, candidates)
 
 
-# The hooks Lightning calls on every batch. Its dispatch (trainer/call.py) skips an attribute that is not
-# callable; a call costs ~15 Python calls (a profiler context, the callback's state_key) even when the hook
-# is the base class's empty one.
-BATCH_HOOKS = (
-    "on_train_batch_start",
-    "on_before_backward",
-    "on_after_backward",
-    "on_before_optimizer_step",
-    "on_before_zero_grad",
-    "on_train_batch_end",
-    "on_validation_batch_start",
-    "on_validation_batch_end",
-    "on_test_batch_start",
-    "on_test_batch_end",
-    "on_predict_batch_start",
-    "on_predict_batch_end",
-)
-
-
-# The LightningModule's: its evaluation batch hooks stay, Lightning reads their signatures (loops/utilities.py).
-TRAINING_HOOKS = BATCH_HOOKS[:6]
-
-
-def skip_empty_hooks(obj: L.Callback | L.LightningModule) -> None:
-    """Make Lightning skip the per-batch hooks that `obj` leaves as its base class's empty ones (all of
-    BATCH_HOOKS for a callback, TRAINING_HOOKS for a LightningModule): it skips a hook attribute that is not
-    callable, for callbacks and for the LightningModule alike (trainer/call.py). With every empty hook called,
-    the default configuration costs ~3,150 function calls per nil-compute step over the plain loop; with them
-    skipped and brisk's other cuts, ~1,750 (brisk-bench's breakdown counts them). Only the instance changes;
-    what runs is the same."""
-    base, hooks = (L.Callback, BATCH_HOOKS) if isinstance(obj, L.Callback) else (L.LightningModule, TRAINING_HOOKS)
-    for hook in hooks:
-        if getattr(type(obj), hook) is getattr(base, hook):
-            setattr(obj, hook, None)
-
-
-# Lightning's dispatch (trainer/call.py) sets the LightningModule's `_current_fx_name`, a str or None, before and
-# after every hook it calls: 32 times a step on the speedrun path.
-HOOK_NAME = "_current_fx_name"
-
-
-class QuickHookName:
-    """A LightningModule mixin that sets `_current_fx_name` as a plain attribute. nn.Module.__setattr__ first looks
-    for the name among parameters, buffers and submodules, and a str ends up a plain attribute anyway: 1.39 us a
-    set against 0.13 us on the 2-core VM, ~0.04 ms a step. What is stored is the same."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == HOOK_NAME:
-            object.__setattr__(self, name, value)
-        else:
-            super().__setattr__(name, value)
-
-
 def saves_on_steps(callback: ModelCheckpoint) -> bool:
     """Whether a ModelCheckpoint's on_train_batch_end can save: it has a step or a time trigger. Lightning keeps
     both privately, as the `every_n_train_steps` and `train_time_interval` it was made with."""
     return callback._every_n_train_steps >= 1 or callback._train_time_interval is not None
-
-
-def logs_this_step(trainer: L.Trainer) -> bool:
-    """Whether Lightning writes the logged step values to the loggers after this training batch, as its logger
-    connector decides in update_train_step_metrics: on a logging step, and under gradient accumulation only on
-    the batch that steps the optimizer. There is no public property (LearningRateMonitor asks the same)."""
-    return trainer._logger_connector.should_update_logs and not (
-        trainer.lightning_module.automatic_optimization and trainer.fit_loop._should_accumulate()
-    )
 
 
 def job_error(job_return: JobReturn) -> BaseException | Any:
@@ -252,10 +189,6 @@ _USED = [
     (L.Trainer, "_signal_connector"),
     (_SignalConnector, "received_sigterm"),
     (_SignalConnector, "_slurm_sigusr_handler_fn"),
-    (L.Trainer, "_logger_connector"),
-    (_LoggerConnector, "should_update_logs"),
-    (_FitLoop, "_should_accumulate"),
-    (L.LightningModule, HOOK_NAME),
 ]
 # Hydra's BasicSweeper (looked up when used: see basic_sweeper).
 _SWEEPER = ("_parse_config", "split_arguments", "get_job_batch", "is_done")

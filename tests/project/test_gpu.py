@@ -51,7 +51,7 @@ def test_quiet_steps_do_not_sync_the_device(brisk_root):
     """CUDA's own check: a device sync on a step that neither logs nor redraws the bar raises."""
     import lightning as L
 
-    from brisk import compat
+    from brisk import fastloop
     from brisk.run.prepare import build
     from helpers import compose_cfg
 
@@ -62,7 +62,7 @@ def test_quiet_steps_do_not_sync_the_device(brisk_root):
         quiet_steps = 0
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            quiet = not compat.logs_this_step(trainer) and (batch_idx + 1) % every and batch_idx >= 1
+            quiet = not fastloop.logs_this_step(trainer) and (batch_idx + 1) % every and batch_idx >= 1
             quiet = quiet and batch_idx + 1 < trainer.num_training_batches
             Strict.quiet_steps += bool(quiet)
             torch.cuda.set_sync_debug_mode("error" if quiet else "default")

@@ -12,7 +12,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from omegaconf import open_dict
 from torch.overrides import TorchFunctionMode
 
-from brisk import compat
+from brisk import fastloop
 from brisk.callbacks import ProgressBar
 from brisk.run.prepare import build
 from helpers import TINY, bare_trainer, compose_cfg
@@ -43,7 +43,7 @@ class WatchSteps(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         self._stop()
-        quiet = not compat.logs_this_step(trainer) and (batch_idx + 1) % self.bar_every
+        quiet = not fastloop.logs_this_step(trainer) and (batch_idx + 1) % self.bar_every
         last = batch_idx + 1 >= trainer.num_training_batches
         if batch_idx >= 1 and quiet and not last:
             self.mode, self.batch = HostReads(), batch_idx
@@ -130,7 +130,7 @@ def test_fast_callbacks_keep_only_what_resume_needs(brisk_root):
 
 
 def test_lightning_skips_a_hook_that_is_not_callable():
-    """compat.skip_empty_hooks relies on Lightning's dispatch skipping such a hook, on callbacks and on the
+    """fastloop.skip_empty_hooks relies on Lightning's dispatch skipping such a hook, on callbacks and on the
     LightningModule (lightning 2.6.6)."""
     seen = []
 
@@ -150,13 +150,13 @@ def test_lightning_skips_a_hook_that_is_not_callable():
 def test_default_callbacks_leave_no_empty_batch_hook_to_call(brisk_root):
     """Lightning calls a callback's per-batch hook only where it does something, and none of the module's."""
     trainer, _, model = build(compose_cfg(TINY, brisk_root))
-    assert not any(callable(getattr(model, h)) for h in compat.TRAINING_HOOKS)
+    assert not any(callable(getattr(model, h)) for h in fastloop.TRAINING_HOOKS)
     assert callable(model.on_validation_batch_end)  # Lightning reads the evaluation hooks' signatures
     for c in trainer.callbacks:
         c.setup(trainer, None, "fit")  # SigtermCheckpoint drops its per-batch agreement outside DDP here
-    called = [(c, h) for c in trainer.callbacks for h in compat.BATCH_HOOKS if callable(getattr(c, h))]
+    called = [(c, h) for c in trainer.callbacks for h in fastloop.BATCH_HOOKS if callable(getattr(c, h))]
     assert all(getattr(type(c), h) is not getattr(L.Callback, h) for c, h in called)
-    training = {(type(c).__name__, h) for c, h in called if h in compat.TRAINING_HOOKS}
+    training = {(type(c).__name__, h) for c, h in called if h in fastloop.TRAINING_HOOKS}
     assert training == {
         ("DivergenceGuard", "on_train_batch_end"),  # adds the loss to its device-side sum
         ("SpeedMeter", "on_train_batch_end"),  # counts images
@@ -167,18 +167,24 @@ def test_default_callbacks_leave_no_empty_batch_hook_to_call(brisk_root):
     }
 
 
-def test_brisk_model_checkpoint_keeps_lightnings_state_key():
-    """The same key as Lightning's ModelCheckpoint: checkpoints written before brisk's subclass still resume."""
-    from lightning.pytorch.callbacks import ModelCheckpoint as Lightnings
+def test_a_checkpoint_without_step_triggers_is_left_out_of_every_step(brisk_root):
+    """fastloop drops the per-step hook of a ModelCheckpoint the builder made without a step or time trigger (it only
+    runs checks then); with one, or with fast_loop=false, the hook stays."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from brisk.callbacks import LastCheckpoint, ModelCheckpoint
+    from brisk.callbacks import LastCheckpoint
 
-    args = {"monitor": "val/acc", "mode": "max", "dirpath": "x"}
-    assert ModelCheckpoint(**args).state_key == Lightnings(**args).state_key
-    assert ModelCheckpoint(**args).on_train_batch_end is None  # saves at epoch ends only: nothing to do on steps
-    assert callable(ModelCheckpoint(every_n_train_steps=5, **args).on_train_batch_end)
-    assert LastCheckpoint(dirpath="x").on_train_batch_end is None
-    assert callable(LastCheckpoint(dirpath="x", every_n_train_steps=5).on_train_batch_end)
+    def hooks(overrides):
+        trainer, _, _ = build(compose_cfg([*TINY, *overrides], brisk_root))
+        kinds = (ModelCheckpoint, LastCheckpoint)
+        return {type(c).__name__: callable(c.on_train_batch_end) for c in trainer.callbacks if isinstance(c, kinds)}
+
+    assert hooks([]) == {"ModelCheckpoint": False, "LastCheckpoint": False}
+    assert hooks(["callbacks.last_checkpoint.every_n_train_steps=5"]) == {
+        "ModelCheckpoint": False,
+        "LastCheckpoint": True,
+    }
+    assert hooks(["fast_loop=false"]) == {"ModelCheckpoint": True, "LastCheckpoint": True}
 
 
 ONE_EPOCH_OF_3 = [
@@ -190,8 +196,8 @@ ONE_EPOCH_OF_3 = [
 
 
 def test_lightnings_hook_name_is_set_without_module_setattr(brisk_root, monkeypatch):
-    """Lightning sets the module's `_current_fx_name` around every hook it calls; brisk's classifier stores it
-    without nn.Module.__setattr__'s lookups (compat.QuickHookName), and self.log, which reads it, still works."""
+    """Lightning sets the module's `_current_fx_name` around every hook it calls; under the fast loop the classifier
+    stores it without nn.Module.__setattr__'s lookups (fastloop.FastModule), and self.log, which reads it, works."""
     trainer, datamodule, model = build(compose_cfg([*TINY, *ONE_EPOCH_OF_3], brisk_root))
     through_module = []
     module_setattr = torch.nn.Module.__setattr__
@@ -203,7 +209,7 @@ def test_lightnings_hook_name_is_set_without_module_setattr(brisk_root, monkeypa
 
     monkeypatch.setattr(torch.nn.Module, "__setattr__", spy)
     trainer.fit(model, datamodule)
-    assert compat.HOOK_NAME not in through_module
+    assert fastloop.HOOK_NAME not in through_module
     assert model._current_fx_name is None and "train/loss_step" in trainer.logged_metrics
 
 
@@ -212,7 +218,7 @@ def test_the_trainer_profiles_nothing_unless_a_profiler_is_named(brisk_root):
     one null context. A profiler the config names is the one the Trainer gets."""
     from lightning.pytorch.profilers import SimpleProfiler
 
-    from brisk.run.profiler import NoProfiler
+    from brisk.fastloop import NoProfiler
 
     trainer, _, _ = build(compose_cfg(TINY, brisk_root))
     assert type(trainer.profiler) is NoProfiler

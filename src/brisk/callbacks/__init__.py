@@ -3,7 +3,7 @@ where they are defined)."""
 
 from lightning.pytorch import callbacks as lightning_callbacks
 
-from brisk.callbacks.checkpoint import LastCheckpoint, ModelCheckpoint
+from brisk.callbacks.checkpoint import LastCheckpoint
 from brisk.callbacks.divergence_guard import DivergenceGuard
 from brisk.callbacks.lookahead import Lookahead
 from brisk.callbacks.model_summary import ModelSummary
@@ -18,6 +18,7 @@ from brisk.callbacks.startup_clock import StartupClock
 from brisk.callbacks.time_to_accuracy import TimeToAccuracy
 from brisk.registry import CALLBACKS
 
+CALLBACKS.register("model_checkpoint", lightning_callbacks.ModelCheckpoint)
 CALLBACKS.register("lr_monitor", lightning_callbacks.LearningRateMonitor)
 CALLBACKS.register("early_stopping", lightning_callbacks.EarlyStopping)
 CALLBACKS.register("ema", lightning_callbacks.EMAWeightAveraging)
@@ -28,7 +29,6 @@ __all__ = [
     "DivergenceGuard",
     "LastCheckpoint",
     "Lookahead",
-    "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
     "RankSeed",

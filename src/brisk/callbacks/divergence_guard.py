@@ -3,7 +3,7 @@
 Checking `loss.isfinite()` on the host every step would stall the device once per step. Instead
 each step's loss is added to a running sum on the device (no sync; one NaN or Inf makes the sum
 NaN or Inf for good), and the sum is read on the batches after which Lightning writes the logged values
-(`compat.logs_this_step`: every `log_every_n_steps` optimizer steps, and under accumulation on the
+(`fastloop.logs_this_step`: every `log_every_n_steps` optimizer steps, and under accumulation on the
 batch that steps), when Lightning syncs anyway, and at the end of each epoch. Before any checkpoint
 is written, the sum, the parameters, the buffers (BatchNorm's running_var turns inf while the weights
 are still finite) and the optimizer state are checked as well, in one host sync, so last.ckpt keeps
@@ -27,7 +27,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from brisk import compat
+from brisk import fastloop
 from brisk.errors import BriskError
 
 
@@ -56,7 +56,7 @@ class DivergenceGuard(L.Callback):
             self._first = (trainer.current_epoch, batch_idx)
         self._last = batch_idx
         self._sum.add_(loss.detach())  # a device-side add: no host sync
-        if compat.logs_this_step(trainer):
+        if fastloop.logs_this_step(trainer):
             self.check(trainer)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module) -> None:

@@ -34,5 +34,5 @@ class StartupClock(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         if self.seconds is None:
             self.seconds = process_age()
-        # Once is all. Lightning skips a hook that is not callable (see compat.BATCH_HOOKS).
+        # Once is all. Lightning skips a hook that is not callable (see brisk.fastloop.BATCH_HOOKS).
         self.on_train_batch_start = None

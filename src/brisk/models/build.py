@@ -6,6 +6,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
+from brisk import fastloop
 from brisk.models.classifier import ImageClassifier
 from brisk.registry import DATASETS, check_arguments, construct
 from brisk.utils.config import plain
@@ -29,6 +30,8 @@ def build_model(cfg: DictConfig, datamodule: L.LightningDataModule | None = None
     stats = getattr(model.net, "input_stats", None)
     if stats is not None and hasattr(datamodule, "mean"):
         datamodule.mean, datamodule.std = (list(s) for s in stats)
+    if cfg.get("fast_loop", True):  # brisk.fastloop's per-step cuts; false: the module as Lightning runs it
+        fastloop.model(model)
     if datamodule.hparams.get("channels_last"):  # the DataModule delivers channels_last inputs: match them
         model.to(memory_format=torch.channels_last)
     return model

@@ -11,10 +11,9 @@ import torch.nn.functional as F
 from torchmetrics import MaxMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from brisk import compat
 from brisk.errors import BriskError
 from brisk.models import from_data, losses, param_groups
-from brisk.models.metrics import ClassMetrics, EpochSums
+from brisk.models.metrics import ClassMetrics
 from brisk.models.sparsity import fold_masks
 from brisk.optim import schedules
 from brisk.registry import NETS, OPTIMIZERS, arguments
@@ -35,7 +34,7 @@ def check_optimizer(optimizer: Mapping[str, Any]) -> None:
         )
 
 
-class ImageClassifier(compat.QuickHookName, L.LightningModule):
+class ImageClassifier(L.LightningModule):
     """Cross-entropy classification of images by any net.
 
     Args:
@@ -111,12 +110,12 @@ class ImageClassifier(compat.QuickHookName, L.LightningModule):
         # not persistent). `test_report` holds them as plain numbers after a test: summary.json, eval.json, RunPlots.
         self.test_metrics = ClassMetrics(num_classes)
         self.test_report: dict[str, Any] = {}
-        self.train_sums = EpochSums()
         self.val_acc_best = MaxMetric()
         # In the checkpoint, so a resumed run reports the best over all epochs, not only the resumed ones.
         self.val_acc_best.persistent(True)
         self.register_buffer("class_weight", weights)  # None (no state_dict entry) for `none`
-        compat.skip_empty_hooks(self)  # its six empty training hooks: ~230 Python calls a step
+        self._sums: torch.Tensor | None = None  # the training epoch's [loss, ce, correct], see training_step
+        self._batches = self._images = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -139,29 +138,43 @@ class ImageClassifier(compat.QuickHookName, L.LightningModule):
         padded = F.pad(x, (1, 1, 1, 1), mode="reflect")
         return 0.5 * logits + 0.25 * (mirrored(padded[..., :h, :w]) + mirrored(padded[..., 2:, 2:]))
 
-    def step(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str) -> torch.Tensor:
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        x, y = batch  # y: int labels, or class probabilities after mixup/cutmix (brisk.data.mixing)
+        logits = self(x)
+        ce = losses.cross_entropy(logits, y, self.class_weight, self.hparams.label_smoothing)
+        loss = ce + self.hparams.l1 * self.weights_l1() if self.hparams.l1 else ce
+        # The epoch's means are sums on the device, logged once at its end: a self.log per step costs ~2,000 calls,
+        # and torchmetrics' MeanMetric reads the device twice per update (a GPU sync every step). float32, made at
+        # the first step: 16-true and bf16-true make 16 bits the default dtype in the step, and a bf16 sum of 15
+        # losses is off by ~1%. train/acc against a soft target counts the argmax of the target: its larger share.
+        labels = y.argmax(-1) if y.is_floating_point() else y
+        if self._sums is None:
+            self._sums = torch.zeros(3, dtype=torch.float32, device=loss.device)  # loss, correct, ce
+        sums = self._sums
+        sums[0] += loss.detach()
+        sums[1] += (logits.argmax(-1) == labels).sum()
+        if self.hparams.l1:
+            sums[2] += ce.detach()
+        self._batches, self._images = self._batches + 1, self._images + len(labels)
+        self.log("train/loss_step", loss, on_step=True, on_epoch=False)
+        return loss
+
+    def validation_step(self, batch, batch_idx: int) -> None:
         x, y = batch
-        logits = self.infer(x) if stage == "test" else self(x)
-        if stage == "train":
-            # y: int labels, or class probabilities after mixup/cutmix (brisk.data.mixing)
-            ce = losses.cross_entropy(logits, y, self.class_weight, self.hparams.label_smoothing)
-            l1 = self.hparams.l1
-            loss = ce + l1 * self.weights_l1() if l1 else ce
-            # A self.log costs ~0.1-0.4 ms of Python a step (brisk-bench's overhead breakdown): the epoch means are
-            # summed on the device, and the step loss goes to Lightning only on the steps after which it writes logs.
-            # train/acc against a soft target counts the argmax of the target: its larger share of the mix.
-            labels = y.argmax(-1) if y.is_floating_point() else y
-            self.train_sums.add(loss, logits, labels, ce if l1 else None)
-            if compat.logs_this_step(self.trainer):
-                self.log("train/loss_step", loss, on_step=True, on_epoch=False)
-            return loss
-        ce = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
+        self._score(self(x), y, "val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        x, y = batch
+        logits = self.infer(x)
+        self.test_metrics.update(logits, y)
+        self._score(logits, y, "test")
+
+    def _score(self, logits: torch.Tensor, y: torch.Tensor, stage: str) -> None:
+        """The unweighted loss, logged as the epoch's mean, and the stage's accuracy updated."""
         # update, not forward: forward also computes this batch's accuracy, which nothing reads.
         self.acc[f"{stage}_acc"].update(logits, y)
-        if stage == "test":
-            self.test_metrics.update(logits, y)
-        self.log(f"{stage}/loss", ce, sync_dist=True, batch_size=len(y))
-        return ce
+        loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
+        self.log(f"{stage}/loss", loss, sync_dist=True, batch_size=len(y))
 
     def setup(self, stage: str) -> None:
         # After the DataModule's setup, before a resumed checkpoint is restored (it holds the same values), and
@@ -188,15 +201,6 @@ class ImageClassifier(compat.QuickHookName, L.LightningModule):
         """sum |w| over the net's weights (the parameters of 2 or more dimensions): what `l1` penalises."""
         return sum(p.abs().sum() for p in self.net.parameters() if p.ndim > 1)
 
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self.step(batch, "train")
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self.step(batch, "val")
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        self.step(batch, "test")
-
     def predict_step(self, batch, batch_idx: int) -> torch.Tensor:
         """Class probabilities, with the test-time augmentation `tta`."""
         x = batch[0] if isinstance(batch, (list, tuple)) else batch
@@ -206,12 +210,17 @@ class ImageClassifier(compat.QuickHookName, L.LightningModule):
         self.log(f"{stage}/acc", self.acc[f"{stage}_acc"], prog_bar=stage == "val")
 
     def on_train_epoch_start(self) -> None:
-        self.train_sums = EpochSums()
+        self._sums, self._batches, self._images = None, 0, 0
 
     def on_train_epoch_end(self) -> None:
+        if self._sums is None:  # an epoch without a step
+            return
         # The ranks ran as many batches of one size, so the mean over ranks is exact.
-        for name, value in self.train_sums.means().items():
-            self.log(f"train/{name}", value, sync_dist=True)
+        loss, correct, ce = self._sums
+        self.log("train/loss", loss / self._batches, sync_dist=True)
+        self.log("train/acc", correct / self._images, sync_dist=True)
+        if self.hparams.l1:  # the cross-entropy alone, which compares with val/loss
+            self.log("train/ce", ce / self._batches, sync_dist=True)
 
     def on_test_epoch_end(self) -> None:
         self.log_epoch("test")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import lightning as L
 from omegaconf import DictConfig
 
-from brisk import compat
+from brisk import fastloop
 from brisk.callbacks import (
     DivergenceGuard,
     ModelSummary,
@@ -24,21 +24,24 @@ from brisk.models.build import build_datamodule, build_model
 from brisk.registry import CALLBACKS, LOGGERS, PROFILERS, Registry, check_arguments, construct
 from brisk.run import launch
 from brisk.run.precision import resolve
-from brisk.run.profiler import NoProfiler
 from brisk.utils.config import plain
 
 __all__ = ["always_on", "build_datamodule", "build_model", "make_trainer"]
 
 
-def _build_all(registry: Registry, group: DictConfig | None, key: str) -> list:
-    """Build every entry of a name -> config mapping (callbacks, loggers) by its `type`; null entries are off."""
-    return [registry.build(plain(c), key=f"{key}.{name}") for name, c in (group or {}).items() if c is not None]
+def _build_all(registry: Registry, group: DictConfig | None, key: str) -> list[tuple]:
+    """(built, its arguments) for every entry of a name -> config mapping (callbacks, loggers), by its `type`; null
+    entries are off."""
+    specs = [(name, plain(c)) for name, c in (group or {}).items() if c is not None]
+    return [(registry.build(spec, key=f"{key}.{name}"), spec) for name, spec in specs]
 
 
 def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.Trainer:
     """The Trainer of `cfg`, with brisk's checkpoint IO and `extra_callbacks`; checks nothing, starts nothing."""
     precision = resolve(cfg.trainer.precision, str(cfg.trainer.accelerator))
-    callbacks = [*_build_all(CALLBACKS, cfg.get("callbacks"), "callbacks"), *extra_callbacks]
+    fast = cfg.get("fast_loop", True)  # brisk.fastloop's per-step cuts; false: plain Lightning
+    configured = _build_all(CALLBACKS, cfg.get("callbacks"), "callbacks")
+    callbacks = [*(c for c, _ in configured), *extra_callbacks]
     if cfg.trainer.get("enable_model_summary") is not False:  # Lightning's, with the FLOPs of one image counted
         callbacks.append(ModelSummary())
     # Checkpoints are written by temp file + rename and always read with weights_only=True.
@@ -55,12 +58,12 @@ def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.T
         **arguments,
         precision=precision,
         callbacks=callbacks,
-        logger=_build_all(LOGGERS, cfg.get("logger"), "logger"),
+        logger=[logger for logger, _ in _build_all(LOGGERS, cfg.get("logger"), "logger")],
         plugins=plugins,
-        profiler=profiler or NoProfiler(),
+        profiler=profiler or (fastloop.NoProfiler() if fast else None),
     )
-    for callback in trainer.callbacks:  # with those Lightning adds itself (the model summary)
-        compat.skip_empty_hooks(callback)
+    if fast:
+        fastloop.trainer(trainer, configured)
     return trainer
 
 
