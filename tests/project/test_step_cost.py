@@ -156,15 +156,8 @@ def test_default_callbacks_leave_no_empty_batch_hook_to_call(brisk_root):
         c.setup(trainer, None, "fit")  # SigtermCheckpoint drops its per-batch agreement outside DDP here
     called = [(c, h) for c in trainer.callbacks for h in fastloop.BATCH_HOOKS if callable(getattr(c, h))]
     assert all(getattr(type(c), h) is not getattr(L.Callback, h) for c, h in called)
-    training = {(type(c).__name__, h) for c, h in called if h in fastloop.TRAINING_HOOKS}
-    assert training == {
-        ("DivergenceGuard", "on_train_batch_end"),  # adds the loss to its device-side sum
-        ("SpeedMeter", "on_train_batch_end"),  # counts images
-        ("ProgressBar", "on_train_batch_end"),  # redraws every N steps
-        ("RunPlots", "on_train_batch_end"),  # records the learning rate
-        ("LearningRateMonitor", "on_train_batch_start"),  # Lightning's: returns unless it logs
-        ("StartupClock", "on_train_batch_start"),  # only until the first step
-    }
+    # Which callbacks act on steps is not pinned here: tests/project/test_bench.py holds the calls a step to a budget.
+    assert called, "no per-batch hook left at all: the check above would prove nothing"
 
 
 def test_a_checkpoint_without_step_triggers_is_left_out_of_every_step(brisk_root):
