@@ -67,12 +67,6 @@ def save_now(callback: ModelCheckpoint, trainer: L.Trainer) -> None:
     callback._save_last_checkpoint(trainer, candidates)
 
 
-def saves_on_steps(callback: ModelCheckpoint) -> bool:
-    """Whether a ModelCheckpoint's on_train_batch_end can save: it has a step or a time trigger. Lightning keeps
-    both privately, as the `every_n_train_steps` and `train_time_interval` it was made with."""
-    return callback._every_n_train_steps >= 1 or callback._train_time_interval is not None
-
-
 def job_error(job_return: JobReturn) -> BaseException | Any:
     """The exception a failed Hydra job raised. The public `return_value` re-raises it and writes a line to
     stderr, which would print every failure twice in a sweep."""
@@ -182,8 +176,6 @@ _USED = [
     (ModelCheckpoint, "_monitor_candidates"),
     (ModelCheckpoint, "_save_topk_checkpoint"),
     (ModelCheckpoint, "_save_last_checkpoint"),
-    (ModelCheckpoint, "_every_n_train_steps"),
-    (ModelCheckpoint, "_train_time_interval"),
     (L.Trainer, "_accelerator_connector"),
     (L.Trainer, "_checkpoint_connector"),
     (L.Trainer, "_signal_connector"),

@@ -21,10 +21,12 @@ class LastCheckpoint(callbacks.ModelCheckpoint):
         if every_n_train_steps is not None and every_n_train_steps < 0:
             raise ValueError(f"every_n_train_steps={every_n_train_steps} must be >= 0")
         self.step_interval = every_n_train_steps or 0
+        # Lightning's own triggers within an epoch, as given: without one its per-step hook only runs checks.
+        self.lightning_steps = kwargs.get("train_time_interval") is not None
         super().__init__(*args, **kwargs)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        if compat.saves_on_steps(self):  # only its own triggers: without them Lightning's hook only runs checks
+        if self.lightning_steps:
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         if (
             not self.step_interval
