@@ -201,6 +201,17 @@ def _median_range(row: dict, key: str, digits: int) -> str:
     return f"{row[key]:,.{digits}f} ({low:,.{digits}f}-{high:,.{digits}f})"
 
 
+def _without_fast_loop(c: dict | None) -> str:
+    if not c:
+        return ""
+    low, high = c["range_ms"]
+    return (
+        f" With fast_loop=false (plain Lightning, brisk.fastloop off), measured the same way just after: "
+        f"**{c['median_ms']:.3f} ms**"
+        f" per step (rounds {low:.3f} to {high:.3f})."
+    )
+
+
 def speedrun(s: dict[str, Any]) -> str:
     seeds = s["rows"][0]["seeds"]
     head = (
@@ -234,6 +245,8 @@ def speedrun(s: dict[str, Any]) -> str:
         f"{c['target_ms']} ms target. Plain loop {_n(o['plain_images_per_sec'])} images/s, brisk "
         f"{_n(o['brisk_images_per_sec'])}; loss plain / brisk {o['loss_plain']:.6f} / {o['loss_brisk']:.6f}"
         + ("" if o["same_loss"] else " (differ: the comparison is not like for like)")
-        + ".\n"
+        + "."
+        + _without_fast_loop(s.get("cost_per_step_without_fast_loop"))
+        + "\n"
     )
     return head + "\n" + _table(header, rows) + cost

@@ -12,6 +12,7 @@ stated per 1024 examples with its 64x bias lr, the warm-up-then-decay schedule, 
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from collections.abc import Callable
 
@@ -96,6 +97,10 @@ def compare(planned: dict, spec: DictConfig, rounds: int, data: DataCache) -> di
         rows.append({"part": name, "off": planned["rows"][name], "runs": runs, **_summary(runs)})
     nil = planned["overhead"]
     step = overhead.compare(nil, spec.warmup, spec.steps, rounds, data)
+    plain_lightning = copy.deepcopy(nil)
+    with open_dict(plain_lightning):
+        plain_lightning.fast_loop = False  # what brisk.fastloop buys on this path
+    without = overhead.compare(plain_lightning, spec.warmup, spec.steps, rounds, data)
     first = next(iter(next(iter(planned["fits"].values())).values()))
     return {
         "target": float(first.target_acc),
@@ -103,4 +108,5 @@ def compare(planned: dict, spec: DictConfig, rounds: int, data: DataCache) -> di
         "rows": rows,
         "overhead": step,
         "cost_per_step": {**cost_per_step(step), "target_ms": float(spec.target_ms)},
+        "cost_per_step_without_fast_loop": cost_per_step(without),
     }
