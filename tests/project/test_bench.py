@@ -235,6 +235,8 @@ def test_speedrun_part_tables_every_row_and_keeps_the_unreached(brisk_root):
     table = report.speedrun(s)
     assert "| training off | 0/1 | not reached | not reached | not reached |" in table
     assert "| all on | 1/1 |" in table and f"{s['cost_per_step']['median_ms']:.3f} ms" in table
+    without = s["cost_per_step_without_fast_loop"]
+    assert len(without["per_round_ms"]) == 1 and "fast_loop=false (plain Lightning" in table
 
 
 def test_breakdown_counts_what_each_component_adds(brisk_root):
