@@ -131,6 +131,9 @@ class TensorDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if stage in ("fit", "validate", None) and "train" not in self.splits:
             self._split_train()
+            self._say_dropped()
+        if stage in ("fit", None) and self.trainer is not None:
+            self._log_each_epoch(self.trainer)
         if stage in ("test", None) and "test" not in self.splits:
             test = self.read("test")
             self.splits["test"] = None if test is None else whole(*test)
@@ -157,6 +160,33 @@ class TensorDataModule(L.LightningDataModule):
             n = splits.count(self.hparams.train_size, len(rows), "data.train_size", low=1)
             rows = rows[torch.randperm(len(rows), generator=g)[:n]]
         self.splits["train"] = Split(images, rows, labels[rows])
+
+    def train_steps(self) -> int:
+        """Training batches an epoch on each rank, after setup: drop_last trains whole batches only."""
+        batch = self.per_device(self.hparams.batch_size, "data.batch_size")
+        return len(self.splits["train"].rows) // self.world_size // batch
+
+    def _log_each_epoch(self, trainer: L.Trainer) -> None:
+        """Lightning logs the step values every log_every_n_steps optimizer steps, and warns on every run whose epoch
+        is shorter (make demo's included): log at least once an epoch instead (limit_train_batches as Lightning
+        reads it)."""
+        batches, limit = self.train_steps(), trainer.limit_train_batches
+        batches = min(batches, limit) if isinstance(limit, int) else max(1, int(batches * limit))
+        steps = max(1, batches // trainer.accumulate_grad_batches)
+        trainer.log_every_n_steps = min(trainer.log_every_n_steps, steps)
+
+    def _say_dropped(self) -> None:
+        """One line when drop_last leaves more than a tenth of the train split out of every epoch: a 900-image
+        folder at the default batch of 512 trained on 512 images an epoch, and said nothing."""
+        n, global_batch = len(self.splits["train"].rows), self.hparams.batch_size
+        dropped = n - self.train_steps() * global_batch
+        if dropped > n / 10 and (self.trainer is None or self.trainer.is_global_zero):
+            # Fewer than one batch is dropped, so a batch of at most a tenth of the images drops at most a tenth.
+            fix = max(self.world_size, (1 << max(n // 10, 1).bit_length() - 1) // self.world_size * self.world_size)
+            log.warning(
+                f"data.batch_size={global_batch} leaves {dropped} of the {n} training images out of every epoch "
+                f"(drop_last trains whole batches only): use a smaller data.batch_size, e.g. data.batch_size={fix}."
+            )
 
     def _dedup(self, images: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         kept, seen = splits.first_copies(images, rows)

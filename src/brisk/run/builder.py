@@ -20,13 +20,14 @@ from brisk.callbacks import (
     TimeToAccuracy,
 )
 from brisk.checkpoints.io import SafeCheckpointIO
+from brisk.errors import BriskError
 from brisk.models.build import build_datamodule, build_model
 from brisk.registry import CALLBACKS, LOGGERS, PROFILERS, Registry, check_arguments, construct
 from brisk.run import launch
 from brisk.run.precision import resolve
 from brisk.utils.config import plain
 
-__all__ = ["always_on", "build_datamodule", "build_model", "make_trainer"]
+__all__ = ["PROMISES", "always_on", "build_datamodule", "build_model", "check_always_on", "make_trainer"]
 
 
 def _build_all(registry: Registry, group: DictConfig | None, key: str) -> list[tuple]:
@@ -67,10 +68,36 @@ def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.T
     return trainer
 
 
+# conf/train.yaml's always_on: the callbacks brisk-train adds whatever the callbacks group says, each the part of a
+# promise that names it. The list is there to be seen; leaving one out breaks its promise, so it is refused.
+PROMISES = {
+    "speed_meter": "summary.json's figures",
+    "startup_clock": "summary.json's figures",
+    "resume_state": "exact resume",
+    "rank_seed": "exact resume",
+    "divergence_guard": "the stop on a NaN loss",
+    "sigterm_checkpoint": "a checkpoint on SIGTERM",
+}
+
+
+def check_always_on(names: list[str] | None) -> None:
+    """Refuse, in one line that names the promise, an always_on list that leaves one out (null: all out)."""
+    names = list(names or [])
+    if unknown := [n for n in names if n not in PROMISES]:
+        raise BriskError(
+            f"always_on: {unknown[0]} is not one of brisk's always-on callbacks ({', '.join(PROMISES)}); a callback "
+            "of your own goes in the callbacks group (README: Add a callback)."
+        )
+    for name, promise in PROMISES.items():
+        if name not in names:
+            parts = " and ".join(n for n, p in PROMISES.items() if p == promise)
+            raise BriskError(f"always_on: {promise} depends on {parts}; put {name} back in always_on.")
+
+
 def always_on(target_acc: float | None = None) -> list[L.Callback]:
     """Whatever the callbacks group says: the measurements in summary.json (find them in trainer.callbacks),
     exact resume, each rank's own augmentation draws, NaN stop, checkpoint on SIGTERM; with `target_acc`, the
-    time-to-accuracy clock."""
+    time-to-accuracy clock. They are PROMISES' names, listed in conf/train.yaml (checks.validate reads it)."""
     clock = [TimeToAccuracy(target_acc)] if target_acc is not None else []
     return [
         *clock,

@@ -21,6 +21,7 @@ from brisk.data.images import PILLOW_PIXELS
 from brisk.errors import BriskError
 from brisk.models.classifier import check_optimizer
 from brisk.run import precision
+from brisk.run.builder import check_always_on
 from brisk.utils import run_files
 from brisk.utils.config import plain
 
@@ -104,6 +105,8 @@ TUNE = {
 def validate(cfg: DictConfig) -> None:
     """Raise BriskError for the first bad value in a composed train or eval config."""
     values(cfg)
+    if "always_on" in cfg:  # conf/train.yaml's list; eval's config has none
+        check_always_on(cfg.always_on)
     Augmentation(plain(OmegaConf.select(cfg, "data.augment")))  # every key a registered op, with values it takes
     types(cfg)
     trainer = cfg.trainer
