@@ -127,6 +127,29 @@ def resumable(checkpoint: Any, path: str | os.PathLike, ckpt_path: str) -> None:
     )
 
 
+# What a resume continues from: the weights, the optimizer's state and the callbacks' (a lookahead's slow copy).
+TRAINING_STATE = ("state_dict", "optimizer_states", "callbacks")
+
+
+def nonfinite(checkpoint: dict[str, Any]) -> tuple[str, str] | None:
+    """Where a checkpoint's training state holds NaN or Inf, as (its key path, "NaN" or "Inf"); None if nowhere.
+    NaN counts anywhere. Inf counts outside 0-d tensors only: a metric's running best starts at -inf (torchmetrics'
+    MaxMetric), and ModelCheckpoint keeps an inf score for a slot not yet filled; a weight is never 0-d."""
+    stack = [(key, checkpoint.get(key)) for key in reversed(TRAINING_STATE)]
+    while stack:  # no recursion: run_files.shallow has bounded the depth, and a loop needs no stack frames
+        where, node = stack.pop()
+        if isinstance(node, torch.Tensor) and (node.is_floating_point() or node.is_complex()):
+            if torch.isnan(node).any():
+                return where, "NaN"
+            if node.ndim and torch.isinf(node).any():
+                return where, "Inf"
+        elif isinstance(node, dict):
+            stack.extend((f"{where}[{k!r}]", v) for k, v in reversed(node.items()))
+        elif isinstance(node, list | tuple):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(node))))
+    return None
+
+
 class SafeCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None or fsspec.utils.get_protocol(str(path)) != "file":

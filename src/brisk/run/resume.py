@@ -19,12 +19,12 @@ from typing import Any, NamedTuple
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from brisk.checkpoints import paths, restore
-from brisk.checkpoints.io import peek, resumable
+from brisk.checkpoints import fits, paths, restore
+from brisk.checkpoints.io import nonfinite, peek, resumable
 from brisk.checkpoints.legacy import renamed
 from brisk.errors import BriskError
 from brisk.optim import schedules
-from brisk.run import launch
+from brisk.run import launch, rundir
 from brisk.utils import run_files
 
 log = logging.getLogger("brisk")
@@ -33,6 +33,9 @@ log = logging.getLogger("brisk")
 MODEL_KEYS = ("model.net",)
 # Whose optimizer and scheduler state the checkpoint holds.
 STATE_KEYS = ("optimizer.type", "scheduler.type")
+# What makes a run this run and no other: the seed orders every epoch's batches (brisk.data.base), so a resume
+# under another seed continues no run, while the run's record goes on naming its own.
+IDENTITY_KEYS = ("seed",)
 # What sets the number of optimizer steps: a planned schedule (OneCycle, cosine) cannot follow a change.
 HORIZON_KEYS = (
     "trainer.max_epochs",
@@ -87,8 +90,9 @@ def _say(changes: list[tuple[str, Any, Any]]) -> str:
     return "; ".join(f"{k}: {a} -> {b}" for k, a, b in changes)
 
 
-def compare(cfg: DictConfig, ckpt: Path, checkpoint: dict) -> None:
-    """Refuse a resume whose config the checkpoint cannot continue; log the changes it can."""
+def compare(cfg: DictConfig, ckpt: Path, checkpoint: dict) -> str | None:
+    """Refuse a resume whose config the checkpoint cannot continue; say the changes it can (logged once every check
+    has passed: a log line opens the run's train.log, and a refused resume leaves its run as it was)."""
     hparams = checkpoint.get("hyper_parameters")
     hparams = hparams if isinstance(hparams, dict) else {}
     from_ckpt = renamed({"model": {"net": copy.deepcopy(hparams.get("net"))}})  # an earlier brisk's code paths
@@ -102,7 +106,12 @@ def compare(cfg: DictConfig, ckpt: Path, checkpoint: dict) -> None:
     if model:
         raise BriskError(f"ckpt_path={ckpt}: a checkpoint resumes only the model it trained ({_say(model)}). {fix}")
     if saved is None:
-        return
+        return None
+    if identity := _changes(saved, cfg, IDENTITY_KEYS):
+        raise BriskError(
+            f"ckpt_path={ckpt}: a resume continues its run, which has another seed ({_say(identity)}), and its "
+            f"record in {paths.run_dir_of(ckpt)} would go on naming that one. {fix}"
+        )
     if state := _changes(saved, cfg, STATE_KEYS):
         raise BriskError(
             f"ckpt_path={ckpt}: it holds the state of the run's optimizer and scheduler ({_say(state)}). {fix}"
@@ -118,11 +127,11 @@ def compare(cfg: DictConfig, ckpt: Path, checkpoint: dict) -> None:
     if other := horizon + _changes(
         saved, cfg, [*(k for s in ("model", "optimizer", "scheduler") for k in _keys(saved, cfg, s)), *RUNTIME_KEYS]
     ):
-        log.warning(
-            "resuming with changes since the run: %s. The optimizer and scheduler state, learning rate included, "
-            "comes from the checkpoint.",
-            _say(other),
+        return (
+            f"resuming with changes since the run: {_say(other)}. The optimizer and scheduler state, learning rate "
+            "included, comes from the checkpoint."
         )
+    return None
 
 
 def _finished(cfg: DictConfig, run_dir: Path, checkpoint: dict) -> dict | None:
@@ -159,14 +168,32 @@ def resolve(cfg: DictConfig, run_dir: Path) -> Resume:
     if str(ckpt_path) == "last":
         last_exists(cfg, run_dir)
     ckpt = paths.resolve(ckpt_path, run_dir)
-    if ckpt is None or not os.path.lexists(ckpt):
+    found = ckpt is not None and os.path.lexists(ckpt)
+    # Before anything is written: a directory of another run is refused unless this resumes that run.
+    rundir.claim(run_dir, paths.run_dir_of(ckpt) if found else None)
+    if not found:
         return Resume(ckpt_path, None, None)  # a fresh run, or `hpc`, which Lightning finds itself or ignores
     # A crafted or damaged file is refused here, before anything is built; so is what is not a regular file (a FIFO
     # would hang Lightning's load).
     checkpoint = peek(ckpt)
     resumable(checkpoint, ckpt, ckpt_path)  # the checks below and Lightning's restore read its keys
-    compare(cfg, ckpt, checkpoint)
+    changes = compare(cfg, ckpt, checkpoint)
+    finite(ckpt, checkpoint)
+    fits.check(cfg, ckpt, checkpoint)
+    if changes:
+        log.warning(changes)
     return Resume(ckpt_path, _finished(cfg, paths.run_dir_of(ckpt), checkpoint), paths.run_dir_of(ckpt))
+
+
+def finite(ckpt: Path, checkpoint: dict) -> None:
+    """Refuse a checkpoint whose weights or optimizer state hold NaN or Inf: Lightning would load it and train an
+    epoch of NaN before the divergence guard stopped the run."""
+    if bad := nonfinite(checkpoint):
+        where, what = bad
+        raise BriskError(
+            f"{ckpt}: {where} holds {what}: not a checkpoint to resume from. Resume from an earlier one "
+            f"(in {ckpt.parent}), or start a new run without ckpt_path."
+        )
 
 
 def last_exists(cfg: DictConfig, run_dir: Path) -> None:

@@ -3,9 +3,12 @@ and removed again when the run is refused and this invocation created the direct
 
 Hydra creates the directory and, by default, writes `.hydra/` and opens the log file before the task
 runs. conf/hydra/default.yaml turns both off (`output_subdir: null`, a delayed log file), so a refused
-run leaves nothing behind, and a resume refused by a check leaves its target as it was. A resume into
-a directory that already holds a record keeps it (other tools compare against it) and writes its own
-beside it, in `.hydra/resume-N/`.
+run leaves nothing behind, and a resume refused by a check leaves its target as it was.
+
+A directory that holds another run's files (its record, checkpoints or summary) is refused before anything is
+written in it, since a new run there would replace them (`claim`). Only a resume of that run, from a checkpoint
+in it, continues there; it keeps the run's record (other tools compare against it) and writes its own beside it,
+in `.hydra/resume-N/`.
 """
 
 from __future__ import annotations
@@ -22,14 +25,21 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, read_write
 
+from brisk.checkpoints import paths
 from brisk.errors import BriskError, refuse
+from brisk.run import launch
 from brisk.utils.explain import explain
 from brisk.utils.files import creatable, nearest_existing, write_text
 from brisk.utils.ranks import first_process
 
 RECORD = ".hydra"
+# What a run leaves in its directory that a new run would replace: its record, its checkpoints (SLURM's requeue
+# ones too) and its summary. Anything else (an empty folder, unrelated files) takes a run: brisk's names do not
+# collide with it.
+RUN_FILES = (f"{RECORD}/config.yaml", f"{paths.FOLDER}/*.ckpt", f"{paths.HPC}*.ckpt", "summary.json")
 # Run directory -> its nearest folder that existed before Hydra created it. The one thing handed from
 # RunDirCallback to the task's Run: Hydra builds its callbacks itself and passes the task only the config.
 _existed: dict[str, Path] = {}
@@ -74,6 +84,37 @@ def _refusing() -> Iterator[None]:
         if (error := explain(e)) is None:
             raise
         refuse(error)
+
+
+def claim(run_dir: Path, resumes: Path | None) -> None:
+    """Refuse (BriskError naming the folder) a run directory that holds another run's files, unless this run resumes
+    that run: `resumes` is the run directory of the checkpoint it resumes from. Nothing is written before this."""
+    if not first_process():  # a DDP job's other ranks start after the first one has claimed and recorded it
+        return
+    run_dir = Path(run_dir).absolute()
+    if resumes is not None and Path(resumes).absolute() == run_dir:
+        return
+    if _requeued(run_dir):
+        return
+    held = sorted({str(p.relative_to(run_dir)) for pattern in RUN_FILES for p in run_dir.glob(pattern)})
+    if not held:
+        return
+    shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    fix = (
+        "Give every job its own folder: leave hydra.sweep.subdir out (one per job number), or make it name each "
+        "swept value."
+        if multirun
+        else "Leave hydra.run.dir out for a new folder, or name an empty one. To train that run on, resume it from "
+        f"its own checkpoint with its own config: ckpt_path=last hydra.run.dir={run_dir}."
+    )
+    raise BriskError(f"{run_dir} holds another run's files ({shown}), which this run would replace. {fix}")
+
+
+def _requeued(run_dir: Path) -> bool:
+    """A requeued SLURM job gets its own directory back, named by its job id (brisk.run.launch.run_id), checkpoint or
+    not: a job preempted before its first checkpoint starts over there."""
+    return "SLURM_JOB_ID" in os.environ and run_dir.name == launch.run_id()
 
 
 class Run:
