@@ -105,9 +105,14 @@ class FastModule:
         # Pickled (ddp_spawn sends the model to its processes) as the module's own class: the fast class is made
         # at run time and cannot be found by name. The child then runs plain Lightning.
         reduced = super().__reduce_ex__(protocol)
-        if reduced[0] is copyreg.__newobj__:
-            return (reduced[0], (type(self).__mro__[2], *reduced[1][1:]), *reduced[2:])
+        if reduced[0] is copyreg.__newobj__:  # pickle checks that __newobj__ makes the object's own class
+            return (_made, (type(self).__mro__[2], *reduced[1][1:]), *reduced[2:])
         return reduced
+
+
+def _made(cls: type, *args: Any) -> Any:
+    """What copyreg.__newobj__ does, for the module's own class (FastModule.__reduce_ex__)."""
+    return cls.__new__(cls, *args)
 
 
 @functools.cache
