@@ -91,38 +91,3 @@ def cost(net: dict, num_classes: int, image_size: int) -> dict[str, int]:
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(x)
     return {"params": sum(p.numel() for p in model.parameters()), "flops_per_image": counter.get_total_flops()}
-
-
-class EpochSums:
-    """A training epoch's summed step losses and correct predictions, on the device and so with no host sync, and
-    its batch and image counts. The sums are float32, said outright and made at the first step rather than kept
-    as buffers: 16-true and bf16-true convert the module's floating buffers and make 16 bits the default dtype
-    in the step, and a bf16 sum of 15 losses is off by ~1%."""
-
-    def __init__(self) -> None:
-        self.loss: torch.Tensor | None = None
-        self.correct: torch.Tensor | None = None
-        self.ce: torch.Tensor | None = None
-        self.batches = self.images = 0
-
-    def add(self, loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, ce: torch.Tensor | None) -> None:
-        """One step: `loss`, the optimized one, and `ce` where it differs from it (an L1 term), else None."""
-        if self.loss is None:
-            self.loss = torch.zeros((), dtype=torch.float32, device=y.device)
-            self.correct = torch.zeros((), dtype=torch.long, device=y.device)
-            self.ce = None if ce is None else torch.zeros_like(self.loss)
-        self.loss.add_(loss.detach())
-        self.correct.add_((logits.argmax(-1) == y).sum())
-        if ce is not None:
-            self.ce.add_(ce.detach())
-        self.batches += 1
-        self.images += len(y)
-
-    def means(self) -> dict[str, torch.Tensor]:
-        """`loss` and `acc` over the epoch, and `ce` if it was summed; nothing for an epoch without a step."""
-        if not self.batches:
-            return {}
-        means = {"loss": self.loss / self.batches, "acc": self.correct / self.images}
-        if self.ce is not None:
-            means["ce"] = self.ce / self.batches
-        return means
