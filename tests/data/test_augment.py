@@ -205,12 +205,12 @@ def test_show_augment_writes_a_grid_and_trains_nothing(project, capsys):
 
 
 def test_adding_an_augmentation_as_the_readme_says(tmp_path, monkeypatch, project):
-    """README's "Add an augmentation", word for word: its class as a file of brisk.data (as in a clone), its YAML as
+    """extending.md's "Add an augmentation", word for word: its class as a file of brisk.data (in a clone), its YAML as
     conf/augment/blur.yaml on Hydra's search path; `augment=blur` then builds it into the float stage, after the
     standard crop and flip, and a short fit trains through it."""
     import brisk.data
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text().split("**Add an augmentation**", 1)[1]
+    readme = (Path(__file__).parents[2] / "docs" / "extending.md").read_text().split("**Add an augmentation**", 1)[1]
     op = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
     block = re.search(r"```yaml\n(.*?)```", readme, re.S).group(1)
     assert '@AUGMENTS.register("blur", stage="float")' in op and "blur: 1.0" in block

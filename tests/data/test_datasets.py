@@ -155,13 +155,13 @@ def test_ddp_trains_on_an_image_folder(tmp_path, brisk_root):
 
 
 def test_adding_a_net_as_the_readme_says(tmp_path, monkeypatch):
-    """README's "Add a net", word for word: its Python example as a file of brisk.models.nets (as in a clone), its
+    """extending.md's "Add a net", word for word: its Python example as a file of brisk.models.nets (as in a clone), its
     YAML as conf/model/tiny_net.yaml (on Hydra's search path, in this process), then `brisk-train model=tiny_net`
     with no other edit: the net trains, with as many outputs as the data has classes, and the checkpoint names it
     by its registered name."""
     import brisk.models.nets
 
-    readme = (ROOT / "README.md").read_text().split("**Add a net**", 1)[1]
+    readme = (ROOT / "docs" / "extending.md").read_text().split("**Add a net**", 1)[1]
     net = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
     block = re.search(r"```yaml\n(.*?)```", readme, re.S).group(1)
     assert "type: tiny_net" in block and '@NETS.register("tiny_net")' in net

@@ -12,10 +12,16 @@ import sys
 from project_copy import clean_env, copy_project
 
 # (the page, the recipe's heading, where its Python file and its YAML go in a clone)
+CALLBACK_YAML = "conf/callbacks/each/epoch_line.yaml"
 RECIPES = [
-    ("README.md", "**Add a net**", "src/brisk/models/nets/tiny_net.py", "conf/model/tiny_net.yaml"),
-    ("README.md", "**Add an augmentation**", "src/brisk/data/blur.py", "conf/augment/blur.yaml"),
-    ("README.md", "**Add a callback**", "src/brisk/callbacks/epoch_line.py", "conf/callbacks/each/epoch_line.yaml"),
+    ("docs/extending.md", "**Add a net**", "src/brisk/models/nets/tiny_net.py", "conf/model/tiny_net.yaml"),
+    ("docs/extending.md", "**Add an augmentation**", "src/brisk/data/blur.py", "conf/augment/blur.yaml"),
+    (
+        "docs/extending.md",
+        "**Add a callback**",
+        "src/brisk/callbacks/epoch_line.py",
+        "conf/callbacks/each/epoch_line.yaml",
+    ),
     ("docs/data.md", "## Adding a dataset", "src/brisk/data/npz_data.py", "conf/data/npz.yaml"),
 ]
 # The copy's tests that each recipe's files reach (pytest -rA lists each outcome with its id).

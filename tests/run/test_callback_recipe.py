@@ -1,4 +1,4 @@
-"""README's "Add a callback", word for word, and the always-on callbacks: listed in conf/train.yaml, and refused in
+"""extending.md's "Add a callback" word for word, and the always-on callbacks: listed in conf/train.yaml, and refused in
 one line, naming the promise, when one is left out (issue 41, item 3)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from brisk.run import checks
 from brisk.run.builder import PROMISES
 from helpers import TINY, compose_cfg, main_in_process
 
-README = (Path(__file__).parents[2] / "README.md").read_text().split("**Add a callback**", 1)[1]
+README = (Path(__file__).parents[2] / "docs" / "extending.md").read_text().split("**Add a callback**", 1)[1]
 
 
 def test_adding_a_callback_as_the_readme_says(project, monkeypatch, capsys):

@@ -202,7 +202,7 @@ def test_callback_options_are_built_from_one_file_per_callback(tmp_path):
 
 @pytest.mark.parametrize("name", EACH, ids=EACH)
 def test_each_callback_turns_on_alone_as_the_readme_says(name, tmp_path):
-    """`+callbacks/each@callbacks.<name>=<name>` (README: Add a callback) turns each file on, here beside no other
+    """`+callbacks/each@callbacks.<name>=<name>` (extending.md: Add a callback) turns each file on, here beside no other
     callback, and its registered type builds from it."""
     cfg = compose_cfg(["callbacks=none", f"+callbacks/each@callbacks.{name}={name}"], tmp_path)
     assert list(cfg.callbacks) == [name]

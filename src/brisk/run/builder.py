@@ -86,7 +86,7 @@ def check_always_on(names: list[str] | None) -> None:
     if unknown := [n for n in names if n not in PROMISES]:
         raise BriskError(
             f"always_on: {unknown[0]} is not one of brisk's always-on callbacks ({', '.join(PROMISES)}); a callback "
-            "of your own goes in the callbacks group (README: Add a callback)."
+            "of your own goes in the callbacks group (docs/extending.md: Add a callback)."
         )
     for name, promise in PROMISES.items():
         if name not in names:
