@@ -30,10 +30,10 @@ from brisk import build
 from brisk.cli import unknown_group_option
 from brisk.data import augment as aug
 from brisk.errors import BriskError
-from brisk_lab import breakdown, levers, pipeline, report, speedrun
+from brisk_lab import breakdown, call_budget, levers, pipeline, report, speedrun
 from brisk_lab.bench import CONFIG_PATH
 from brisk_lab.clock import Window
-from brisk_lab.fit import DataCache, measure_fit, timed_fit, with_clock
+from brisk_lab.fit import DataCache, measure_fit
 from brisk_lab.memory import PeakMemory
 from brisk_lab.plain import plain_loop
 from brisk_lab.run import plan
@@ -254,23 +254,14 @@ def test_breakdown_counts_what_each_component_adds(brisk_root):
 
 
 # Python calls a step over the plain loop at nil compute, counted at 7e40da4 (before brisk.fastloop) by this very
-# measurement (sys.setprofile: exact, whatever the load). The fast loop may cost at most 3% more (it cost +2.0% on
-# the default path and +1.9% on the speedrun's when it landed: 2,150 and 1,641).
+# measurement, `python -m brisk_lab.call_budget` (sys.setprofile: exact, whatever the load). The fast loop may
+# cost at most 3% more (it cost +2.0% on the default path and +1.9% on the speedrun's when it landed).
 CALLS_BEFORE = {"default": 2108.66, "speedrun": 1610.64}
 
 
 def test_the_fast_loop_makes_no_more_calls_a_step_than_before_it(brisk_root):
-    tiny = [o for o in TINY if not o.startswith("model.net")]
-    bench = compose_bench(tiny, brisk_root).bench
-    default = breakdown.row_config(compose_bench([*tiny, *bench.breakdown.overrides], brisk_root), None, True)
-    spec = bench.speedrun.copy()
-    spec.seeds = spec.seeds[:1]
-    fast = speedrun.plan(spec, lambda overrides, where: compose_bench([*tiny, *overrides], brisk_root))["overhead"]
-    for path, cfg in (("default", default), ("speedrun", fast)):
-        plain = plain_loop(cfg, 5, 50, count_calls=True, data=DataCache())["calls_per_step"]
-        counted = with_clock(cfg, 5, 50, count_calls=True)
-        L.seed_everything(counted.seed, workers=True, verbose=False)
-        calls = timed_fit(*build(counted))["calls_per_step"] - plain
+    for path, cfg in call_budget.paths(lambda overrides: compose_bench(overrides, brisk_root)).items():
+        calls = call_budget.calls_over_plain(cfg)
         assert calls <= 1.03 * CALLS_BEFORE[path], f"{path}: {calls:.0f} calls a step over the plain loop"
 
 
