@@ -56,7 +56,7 @@ def test_quiet_steps_do_not_sync_the_device(brisk_root):
     from helpers import compose_cfg
 
     cfg = compose_cfg([*[o for o in GPU if "progress_bar" not in o], "trainer.limit_val_batches=1"], brisk_root)
-    every = cfg.callbacks.progress_bar.every_n_steps
+    every = cfg.callbacks.progress_bar.refresh_rate
 
     class Strict(L.Callback):
         quiet_steps = 0

@@ -14,6 +14,7 @@ from torch.overrides import TorchFunctionMode
 
 from brisk import fastloop
 from brisk.callbacks import ProgressBar
+from brisk.callbacks.progress_bar import MeanSpeedColumn
 from brisk.run.prepare import build
 from helpers import TINY, bare_trainer, compose_cfg
 
@@ -62,7 +63,7 @@ def test_quiet_steps_read_nothing_from_the_device(brisk_root):
     """A CPU run cannot see a sync, so this counts the calls that would be one on a GPU (tests/project/test_gpu.py
     checks the same with CUDA's sync debug mode)."""
     cfg = compose_cfg([*TINY, "trainer.max_epochs=1", "trainer.limit_val_batches=1"], brisk_root)
-    watch = WatchSteps(bar_every=cfg.callbacks.progress_bar.every_n_steps)
+    watch = WatchSteps(bar_every=cfg.callbacks.progress_bar.refresh_rate)
     trainer, datamodule, model = build(cfg)
     trainer.callbacks.append(watch)
     trainer.fit(model, datamodule=datamodule)
@@ -70,22 +71,27 @@ def test_quiet_steps_read_nothing_from_the_device(brisk_root):
     assert {b: r for b, r in watch.reads.items() if r} == {}, "host reads on steps that log nothing"
 
 
-def test_bar_moves_every_n_steps_and_loss_reaches_the_logger_every_log_interval(brisk_root):
+def test_bar_moves_every_refresh_rate_steps_and_loss_reaches_the_logger_every_log_interval(brisk_root):
     cfg = compose_cfg([*TINY, "trainer.max_epochs=1", "trainer.limit_val_batches=1"], brisk_root)
     with open_dict(cfg):
-        cfg.callbacks.progress_bar.every_n_steps = 4
+        cfg.callbacks.progress_bar.refresh_rate = 4
     trainer, datamodule, model = build(cfg)
     bar = next(c for c in trainer.callbacks if isinstance(c, ProgressBar))
-    seen = []
+    seen, images = [], []
 
     class ReadBar(L.Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             seen.append(int(bar.progress.tasks[bar.train_progress_bar_id].completed))
+            images.append(len(batch[1]))
 
     trainer.callbacks.append(ReadBar())
     trainer.fit(model, datamodule=datamodule)
     n = trainer.num_training_batches  # 15 with TINY
     assert seen == [min(n, (i + 1) // 4 * 4) if i + 1 < n else n for i in range(n)]
+    # The training bar's speed: the epoch's images over the seconds until its bar finished, not batches a second.
+    task = bar.progress.tasks[bar.train_progress_bar_id]
+    speed = next(c for c in bar.progress.columns if isinstance(c, MeanSpeedColumn))
+    assert speed.render(task).plain == f"{sum(images) / task.finished_time:,.0f} img/s"
     with open(f"{trainer.logger.log_dir}/metrics.csv") as f:
         rows = list(csv.DictReader(f))
     logged = [int(r["step"]) for r in rows if r.get("train/loss_step")]
