@@ -63,11 +63,12 @@ def export(cfg: DictConfig) -> dict:
     reference = ox.torch_logits(net, test)
     bench = ox.as_input(torch.cat([x for x, _ in test])[: cfg.export.bench_batch])
     threads = cfg.export.threads or len(os.sched_getaffinity(0))
+    class_names = list(model.hparams.class_names)  # the run's DataModule's, label 0 first, as brisk-predict's
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     fp32 = run_dir / "model.onnx"
     with published(fp32) as tmp:
-        ox.to_onnx(net, torch.from_numpy(bench[:2]), tmp)
+        ox.to_onnx(net, torch.from_numpy(bench[:2]), tmp, class_names)
         sessions = {"fp32": ox.session(tmp, threads)}  # a session holds its model: the rename leaves it valid
         result = ox.compare(sessions["fp32"], test, reference)
         ox.check(result, cfg.export.tolerance, str(fp32))
@@ -92,6 +93,7 @@ def export(cfg: DictConfig) -> dict:
         "run_dir": str(run_dir),
         "input": {"name": ox.INPUT, "shape": ["batch", *bench.shape[1:]], "dtype": "float32", "range": "0..255"},
         "normalization": {"mean": mean, "std": std, "source": source},
+        "class_names": class_names,
         "torch_test_acc": result["torch_test_acc"],
         "test_images": result["images"],
         "models": rows,

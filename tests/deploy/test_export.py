@@ -77,6 +77,17 @@ def test_onnx_matches_pytorch_on_raw_pixels(run, loaded):
     assert proc.stdout.strip().splitlines()[-1] == str(export_dir)
 
 
+def test_both_models_and_export_json_carry_the_class_names(run):
+    """The synthetic run's classes, label 0 first, in each ONNX model's metadata as onnxruntime reads it, and in
+    export.json: a caller names a prediction without the run's files."""
+    _, export_dir, _ = run
+    names = [f"class_{i}" for i in range(10)]  # SyntheticDataModule's classes, written out here
+    for file in ("model.onnx", "model.int8.onnx"):
+        meta = ort.InferenceSession(str(export_dir / file), providers=["CPUExecutionProvider"]).get_modelmeta()
+        assert json.loads(meta.custom_metadata_map["class_names"]) == names, file
+    assert json.loads((export_dir / "export.json").read_text())["class_names"] == names
+
+
 def test_batch_axis_is_dynamic(run, loaded):
     _, export_dir, _ = run
     _, _, (x, _) = loaded

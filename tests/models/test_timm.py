@@ -1,7 +1,14 @@
-"""model=timm, offline: a timm model by name, its weights from a file the test saves first, a frozen backbone, a
-lower backbone learning rate, and the fine-tune recipe."""
+"""model=timm, offline: a timm model by name, its weights from a file the test saves first or from a Hugging Face
+cache the test fills, a frozen backbone, a lower backbone learning rate, and the fine-tune recipe."""
 
 from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import time
 
 import lightning as L
 import pytest
@@ -11,7 +18,16 @@ from brisk.checkpoints import restore
 from brisk.errors import BriskError
 from brisk.models.nets import TimmNet
 from brisk.run.prepare import build
-from helpers import TINY, assert_user_error, brisk_train, compose_cfg, main_in_process, read_summary
+from helpers import (
+    TINY,
+    assert_user_error,
+    brisk_train,
+    compose_cfg,
+    env_with_tests,
+    main_in_process,
+    read_summary,
+    run_cli,
+)
 
 timm = pytest.importorskip("timm")
 
@@ -112,15 +128,82 @@ def test_backbone_lr_multiplier_holds_through_onecycle(project):
         ("model.net.name=resnet_18", "Close: resnet18"),
         ("model.net.name=hf-hub:timm/resnet18.a1_in1k", "a hub name"),
         ("model.net.weights=/nonexistent/weights.pth", "no such file"),
-        ("model.net.pretrained=true", "not in the local cache"),
     ],
 )
-def test_bad_name_missing_file_or_empty_cache_is_one_line(override, needle, project, capsys, monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))  # an empty cache, whatever this machine holds
-    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty-torch"))
+def test_bad_name_or_missing_file_is_one_line(override, needle, project, capsys, monkeypatch):
     proc = brisk_train([*TIMM, "callbacks.progress_bar=null", override], project, capsys, monkeypatch)
     assert_user_error(proc, override.split("=")[0], needle)
     assert not (project / "logs/train/runs").exists()  # refused before the run directory is kept
+
+
+def hub_env(tmp_path, **extra: str) -> dict[str, str]:
+    """An environment whose Hugging Face and torch hub caches are the test's own (empty until it fills them), with
+    none of this machine's HF_* settings. huggingface_hub reads these variables once, when it is imported, so
+    they take effect only in a new process: the tests below start one, as a user would."""
+    env = {k: v for k, v in env_with_tests().items() if not k.startswith("HF_")}
+    hub = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(tmp_path / "hf/hub")}
+    return {**env, **hub, "TORCH_HOME": str(tmp_path / "torch"), **extra}
+
+
+@pytest.mark.parametrize("offline", ["no network", "HF_HUB_OFFLINE=1"])
+def test_pretrained_offline_with_an_empty_cache_is_one_line_and_quick(offline, project, tmp_path):
+    """timm's hub loading with nothing to load from: one line naming model.net.weights, and soon. Without the
+    check first, huggingface_hub's retries sleep 23 s for each of the two file names timm asks for."""
+    with socket.socket() as closed:  # bound but not listening: a connection to it is refused, network or not
+        closed.bind(("127.0.0.1", 0))
+        where = {"HF_ENDPOINT": f"http://127.0.0.1:{closed.getsockname()[1]}"}
+        env = hub_env(tmp_path, **(where if offline == "no network" else {"HF_HUB_OFFLINE": "1"}))
+        start = time.monotonic()
+        args = [*TIMM, "callbacks.progress_bar=null", "model.net.pretrained=true"]
+        proc = run_cli("train", args, project, timeout=300, check=False, env=env)
+        took = time.monotonic() - start
+    why = "cannot be downloaded (" if offline == "no network" else "cannot be downloaded (HF_HUB_OFFLINE is set)"
+    line = assert_user_error(proc, "model.net.pretrained=true", "not in the local cache", why, "model.net.weights=")
+    assert "hf-hub timm/test_resnet.r160_in1k" in line
+    assert took < 46, f"{took:.0f} s to refuse"  # the whole command, startup included; the retries alone: 46 s
+    assert not (project / "logs/train/runs").exists()
+
+
+def test_pretrained_loads_the_weights_of_a_filled_hub_cache_offline(tmp_path):
+    """With HF_HUB_OFFLINE=1 and timm's weights in the Hugging Face cache (laid out as huggingface_hub downloads
+    them), model.net.pretrained=true builds the net with exactly those weights, a new head, and their statistics."""
+    from safetensors.torch import save_file
+
+    state = timm.create_model(NAME).state_dict()
+    torch.manual_seed(2)
+    for value in state.values():  # values no initialization gives, in every tensor, running statistics included
+        if value.is_floating_point():
+            value.uniform_(0.5, 1.5)
+    hub_id = timm.models.get_pretrained_cfg(NAME).hf_hub_id  # the repository timm loads NAME's weights from
+    repo = tmp_path / "hf/hub" / f"models--{hub_id.replace('/', '--')}"
+    (repo / "blobs").mkdir(parents=True)
+    save_file(state, repo / "blobs/weights")
+    blob = repo / "blobs" / hashlib.sha256((repo / "blobs/weights").read_bytes()).hexdigest()  # named by its hash
+    (repo / "blobs/weights").rename(blob)
+    revision = hashlib.sha1(b"a commit").hexdigest()
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (snapshot / "model.safetensors").symlink_to(os.path.relpath(blob, snapshot))
+    (repo / "refs").mkdir()
+    (repo / "refs/main").write_text(revision)
+
+    built = tmp_path / "built.pth"
+    script = (
+        "import sys, torch; from brisk.models.nets import TimmNet\n"
+        "net = TimmNet(num_classes=3, name=sys.argv[1], pretrained=True)\n"
+        "torch.save(net.model.state_dict(), sys.argv[2]); print(net.input_stats)"
+    )
+    env = hub_env(tmp_path, HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [sys.executable, "-c", script, NAME, str(built)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = torch.load(built, weights_only=True)
+    for key, value in state.items():
+        if not key.startswith("fc."):
+            assert torch.equal(loaded[key], value), key
+    assert loaded["fc.weight"].shape == (3, state["fc.weight"].shape[1])  # timm's new head for 3 classes
+    assert proc.stdout.strip().splitlines()[-1] == str(([127.5] * 3, [127.5] * 3))  # test_resnet's mean = std = 0.5
 
 
 def test_a_file_of_other_objects_or_another_model_is_refused(weights, tmp_path):

@@ -2,11 +2,13 @@
 
 The exported model takes what a user has: float32 images, N x C x H x W, on the 0..255 scale (uint8
 pixels cast to float). brisk's per-channel normalization is its first two ops, so the caller does
-no preprocessing. The batch axis is dynamic.
+no preprocessing. The batch axis is dynamic. The class names, label 0 first, are in the model's metadata
+(`class_names`, a JSON list), so a caller maps an argmax to a name without the run's files.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from brisk.data import cifar_files
 from brisk.errors import BriskError
 
 INPUT, OUTPUT = "images", "logits"
+CLASS_NAMES = "class_names"  # the metadata key; ONNX metadata values are strings, so the list is JSON
 
 
 class Normalized(nn.Module):
@@ -54,8 +57,9 @@ def as_input(x: torch.Tensor) -> np.ndarray:
     return x.to(torch.float32).numpy()
 
 
-def to_onnx(model: Normalized, example: torch.Tensor, path: Path) -> None:
-    """Export through torch.export (dynamo): the path torch 2.14 supports; it needs onnxscript."""
+def to_onnx(model: Normalized, example: torch.Tensor, path: Path, class_names: list[str]) -> None:
+    """Export through torch.export (dynamo): the path torch 2.14 supports; it needs onnxscript. The class names
+    go into the model's metadata_props, which onnxruntime shows as get_modelmeta().custom_metadata_map."""
     batch = torch.export.Dim("batch")
     program = torch.onnx.export(
         model.eval(),
@@ -66,6 +70,7 @@ def to_onnx(model: Normalized, example: torch.Tensor, path: Path) -> None:
         dynamic_shapes={INPUT: {0: batch}},
         verbose=False,
     )
+    program.model.metadata_props[CLASS_NAMES] = json.dumps(list(class_names))
     program.save(str(path))
 
 

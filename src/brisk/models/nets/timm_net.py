@@ -2,14 +2,17 @@
 
 The name is data: it must be an architecture timm registers (`timm.list_models()`), with an optional pretrained
 tag (`resnet18.a1_in1k`). Hub names (`hf-hub:...`, `local-dir:...`, `timm/...`) are refused: timm would download
-or read a folder's config for them. Weights come from a local file or from a cache already filled; nothing is
-downloaded, and a file is read as tensors only (safetensors, or torch.load with weights_only=True).
+or read a folder's config for them. Weights come from a local file, read as tensors only (safetensors, or
+torch.load with weights_only=True), or, with `pretrained`, from timm's own hub loading: its Hugging Face (or torch
+hub) cache, downloaded into it when it is not there yet.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from brisk.errors import BriskError, first_line
 from brisk.registry import NETS
 
 FIX = "pass model.net.weights=<a state_dict file saved with torch.save or safetensors>"
+OFFLINE = "HF_HUB_OFFLINE is set"
 
 
 def _timm():
@@ -45,11 +49,12 @@ def check_name(timm, name) -> None:
     raise BriskError(f"model.net.name={name}: {why}.{hint} Give an architecture name, and {FIX} for its weights.")
 
 
-def cached_weights(cfg: Mapping, name: str) -> Path:
-    """The file of timm's pretrained weights for `cfg` in the Hugging Face or torch hub cache; never downloads."""
+def cached_weights(cfg: Mapping) -> Path | None:
+    """The file of timm's pretrained weights for `cfg` in the Hugging Face or torch hub cache, or None."""
     if hub_id := cfg.get("hf_hub_id"):
         from huggingface_hub import try_to_load_from_cache
 
+        # the names timm's load_state_dict_from_hf tries, in its order
         for filename in (cfg.get("hf_hub_filename"), "model.safetensors", "pytorch_model.bin"):
             found = try_to_load_from_cache(hub_id, filename) if filename else None
             if isinstance(found, str):
@@ -58,12 +63,55 @@ def cached_weights(cfg: Mapping, name: str) -> Path:
         found = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
         if found.is_file():
             return found
-    where = f"hf-hub {hub_id}" if hub_id else (url or "no source timm knows")
-    raise BriskError(
-        f"model.net.pretrained=true: timm's weights for {name} ({where}) are not in the local cache, and brisk "
-        f"downloads nothing: {FIX}, or fill the cache on a machine with network (timm.create_model('{name}', "
-        "pretrained=True))."
-    )
+    return None
+
+
+def unreachable(cfg: Mapping) -> str | None:
+    """Why the place timm downloads `cfg`'s weights from cannot be reached now, or None if it answers.
+
+    One request, no retries: huggingface_hub retries a failed connection with backoff (about 23 s of sleeps),
+    and timm tries two file names, so timm's own attempt took 55 s to fail on a machine without network.
+    """
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.utils import HfHubHTTPError
+
+    if (hub_id := cfg.get("hf_hub_id")) and constants.HF_HUB_OFFLINE:
+        return OFFLINE
+    try:
+        if hub_id:  # timm prefers the hub to a url when a model has both
+            get_hf_file_metadata(hf_hub_url(hub_id, cfg.get("hf_hub_filename") or "model.safetensors"))
+        else:
+            urllib.request.urlopen(urllib.request.Request(cfg["url"], method="HEAD"), timeout=10).close()
+    except (HfHubHTTPError, urllib.error.HTTPError):
+        return None  # the server answered (a 404 for this file name too): timm's download reports what it says
+    except Exception as e:  # whatever the transport raises: no name resolution, refused, timed out
+        return first_line(e)
+    return None
+
+
+def pretrained_model(timm, name: str, **kwargs) -> nn.Module:
+    """timm.create_model(name, pretrained=True): timm's hub loading, from its cache or downloaded into it; the
+    head is new when num_classes differs from the weights' (timm drops theirs). Offline without the weights in
+    the cache, one line naming model.net.weights."""
+    from timm.models import get_pretrained_cfg
+
+    cfg = get_pretrained_cfg(name)
+    cfg = cfg.to_dict() if cfg else {}
+    where = f"hf-hub {cfg['hf_hub_id']}" if cfg.get("hf_hub_id") else cfg.get("url")
+    if not where:
+        raise BriskError(f"model.net.pretrained=true: timm has no pretrained weights for {name}: {FIX}.")
+    if cached_weights(cfg) is None and (why := unreachable(cfg)):
+        fill = "unset HF_HUB_OFFLINE" if why == OFFLINE else "run once with network"
+        raise BriskError(
+            f"model.net.pretrained=true: timm's weights for {name} ({where}) are not in the local cache, and "
+            f"cannot be downloaded ({why}): {FIX}, or {fill} to fill the cache."
+        )
+    try:
+        return timm.create_model(name, pretrained=True, **kwargs)
+    except (OSError, RuntimeError, ValueError) as e:  # a download cut off, a gated repository, a bad file
+        raise BriskError(
+            f"model.net.pretrained=true: timm could not load its weights for {name} ({where}): {first_line(e)}; {FIX}."
+        ) from None
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -117,8 +165,8 @@ class TimmNet(nn.Module):
             gives the input size and the normalization the weights were trained with.
         weights: a local state_dict file of that architecture (.safetensors, or a torch.save file, read with
             weights_only=True). The head's tensors are kept only if their shape fits `num_classes`.
-        pretrained: without `weights`, take timm's own weights for `name` from the Hugging Face (or torch hub)
-            cache, which must be filled already.
+        pretrained: without `weights`, timm's own weights for `name` (timm.create_model(pretrained=True)): from
+            the Hugging Face (or torch hub) cache, or downloaded into it. Offline with an empty cache, one line.
         dropout: timm's `drop_rate`, before the head.
 
     `input_stats`: the per-channel (mean, std) on the 0..255 scale the loaded weights expect, or None without
@@ -131,16 +179,20 @@ class TimmNet(nn.Module):
         super().__init__()
         timm = _timm()
         check_name(timm, name)
+        kwargs = {"num_classes": num_classes, "drop_rate": dropout}
         try:
-            self.model = timm.create_model(name, pretrained=False, num_classes=num_classes, drop_rate=dropout)
+            if pretrained and not weights:  # a file, when given, is the weights asked for: nothing to download
+                self.model = pretrained_model(timm, name, **kwargs)
+            else:
+                self.model = timm.create_model(name, pretrained=False, **kwargs)
         except (RuntimeError, ValueError, TypeError) as e:  # an unknown pretrained tag, an argument the model lacks
             raise BriskError(f"model.net.name={name}: timm cannot build it ({first_line(e)}).") from None
         self.input_stats = None
+        if weights:
+            path = Path(weights).expanduser()
+            load_backbone(self.model, read_state_dict(path), f"model.net.weights={path}")
         if weights or pretrained:
             cfg = self.model.pretrained_cfg
-            path = Path(weights).expanduser() if weights else cached_weights(cfg, name)
-            source = f"model.net.weights={path}" if weights else f"timm's cached weights {path}"
-            load_backbone(self.model, read_state_dict(path), source)
             self.input_stats = tuple([255.0 * float(c) for c in cfg[key]] for key in ("mean", "std"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
