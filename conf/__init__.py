@@ -5,3 +5,14 @@ from pathlib import Path
 
 # The folder itself, links resolved (in a checkout src/brisk/conf links to the top-level conf/).
 CONFIG_PATH = str(Path(__file__).resolve().parent)
+
+
+def _store_schemas() -> None:
+    # Every config brisk composes starts from these (brisk.schemas): stored before any entry point, test or lab
+    # composes one, since each reaches the configs through CONFIG_PATH.
+    from brisk.schemas import store
+
+    store()
+
+
+_store_schemas()

@@ -126,7 +126,8 @@ def main_in_process(module: str, overrides: list[str], root: Path) -> int:
     from hydra.core.global_hydra import GlobalHydra
 
     saved_argv, saved_handlers = sys.argv, logging.getLogger().handlers[:]
-    sys.argv = [f"brisk-{module}", f"paths.root_dir={root}", *overrides]
+    multirun = [o for o in overrides if o == "-m"]  # Hydra's flag goes before the overrides
+    sys.argv = [f"brisk-{module}", *multirun, f"paths.root_dir={root}", *(o for o in overrides if o != "-m")]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # a bug raises here instead of Hydra's exit 1
     try:
         importlib.import_module(f"brisk.{module}").main()

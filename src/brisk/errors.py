@@ -3,12 +3,24 @@ refused command ends."""
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import NoReturn
 
+# The key a message starts with, as in `data.batch_size=101 ...` or `model.net.type: ...`.
+LEADING_KEY = re.compile(r"[+~]?([A-Za-z_][\w.\-]*)(?==|:)")
+
 
 class BriskError(Exception):
-    """A problem the user can fix. The entry points print the message alone, with no traceback."""
+    """A problem the user can fix. The entry points print the message alone, with no traceback. `key`: the config
+    key (or command-line argument) at fault, where there is one; the message starts with it, and tests read it."""
+
+    def __init__(self, message: object, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key or (m[1] if (m := LEADING_KEY.match(str(message))) else None)
+
+    def __reduce__(self):  # a sweep's worker hands its error back pickled: keep the key
+        return type(self), (str(self), self.key)
 
 
 class BuildError(Exception):

@@ -136,7 +136,7 @@ def test_resident_and_host_runs_train_to_the_same_loss(brisk_root, flip):
                 *TINY,
                 "trainer.max_epochs=2",
                 "callbacks=fast",
-                "+trainer.num_sanity_val_steps=0",
+                "trainer.num_sanity_val_steps=0",
                 "trainer.limit_train_batches=6",
                 "trainer.limit_val_batches=2",
                 "trainer.deterministic=true",

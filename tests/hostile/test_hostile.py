@@ -146,8 +146,8 @@ _held: list[int] = []
 CASES = {
     # config values of the wrong type or range
     "max_epochs_zero": _args("trainer.max_epochs=0", needles=("trainer.max_epochs=0", ">= 1")),
-    "max_steps_zero": _args("+trainer.max_steps=0", needles=("trainer.max_steps=0",)),
-    "max_epochs_string": _args("trainer.max_epochs=ten", needles=("trainer.max_epochs='ten'", "whole number")),
+    "max_steps_zero": _args("trainer.max_steps=0", needles=("trainer.max_steps=0",)),
+    "max_epochs_string": _args("trainer.max_epochs=ten", needles=("trainer.max_epochs=ten:", "Integer")),
     "max_epochs_float": _args("trainer.max_epochs=1.5", needles=("trainer.max_epochs=1.5",)),
     "max_epochs_inf": _args("trainer.max_epochs=inf", needles=("trainer.max_epochs=inf",)),
     "val_size_negative": _args("data.val_size=-1", needles=("data.val_size=-1", ">= 0")),

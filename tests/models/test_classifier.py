@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import inspect
-from pathlib import Path
 
 import lightning as L
 import pytest
@@ -14,11 +13,11 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from brisk.callbacks import RunPlots
-from brisk.cli import CONFIG_PATH
 from brisk.errors import BriskError
 from brisk.models import ImageClassifier
 from brisk.run.builder import build_model
 from brisk.run.prepare import build
+from brisk.utils.explain import explain
 from helpers import BASE, RUNS, TINY, assert_user_error, brisk_train, compose_cfg, tree
 
 
@@ -77,12 +76,16 @@ def test_a_python_user_gets_the_cli_defaults(brisk_root):
     assert no_decay["weight_decay"] == 0  # biases and norm parameters
 
 
-def test_the_yaml_knobs_are_the_classifiers_defaults():
-    """conf/classifier.yaml lists the classifier's knobs so they need no `+`: each must be the signature's default."""
-    listed = OmegaConf.load(Path(CONFIG_PATH) / "classifier.yaml")
-    defaults = inspect.signature(ImageClassifier).parameters
-    knobs = list(listed)
-    assert knobs and {k: listed[k] for k in knobs} == {k: defaults[k].default for k in knobs}
+def test_every_classifier_argument_is_a_model_key_with_its_default(brisk_root):
+    """brisk.schemas: each ImageClassifier knob is a model key without a `+`, its default the signature's own, not a
+    copy in YAML; a value of the wrong type is refused while composing, naming the key."""
+    model = compose_cfg(["model.l1=0.5"], brisk_root).model
+    knobs = {k: p.default for k, p in inspect.signature(ImageClassifier).parameters.items() if p.default is not p.empty}
+    del knobs["scheduler"]  # its own group, as the optimizer
+    assert {k: model[k] for k in knobs} == {**knobs, "l1": 0.5}
+    with pytest.raises(Exception) as error:
+        compose_cfg(["model.compile=perhaps"], brisk_root)
+    assert explain(error.value).key == "model.compile"
 
 
 # A weight decay given to the optimizer: the parameter groups' own would override it, so it is refused.

@@ -16,8 +16,8 @@ from brisk.run.builder import build_model
 from brisk.run.prepare import build, build_trainer
 from helpers import TINY, compose_cfg, read_summary, run_cli, run_dir_of
 
-QUICK = [*TINY, "callbacks.progress_bar=null", "+trainer.num_sanity_val_steps=0"]
-QUICK += ["trainer.limit_train_batches=5", "trainer.limit_val_batches=2", "+trainer.limit_test_batches=1"]
+QUICK = [*TINY, "callbacks.progress_bar=null", "trainer.num_sanity_val_steps=0"]
+QUICK += ["trainer.limit_train_batches=5", "trainer.limit_val_batches=2", "trainer.limit_test_batches=1"]
 DEFAULTS = {"model_checkpoint", "last_checkpoint", "lr_monitor", "progress_bar", "plots"}
 
 

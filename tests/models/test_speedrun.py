@@ -79,7 +79,7 @@ def test_warmup_linear_rises_from_a_fifth_then_falls_to_zero():
 
 
 def test_lookahead_ends_as_its_slow_copy_and_resumes_it(project):
-    cfg = compose_cfg([*SMALL, "trainer.max_epochs=1", "data.val_size=250", "+trainer.limit_train_batches=7"], project)
+    cfg = compose_cfg([*SMALL, "trainer.max_epochs=1", "data.val_size=250", "trainer.limit_train_batches=7"], project)
     L.seed_everything(0)
     trainer, datamodule, model = build(cfg)
     trainer.fit(model, datamodule=datamodule)
@@ -101,7 +101,7 @@ def test_first_reached_is_the_first_entry_at_the_target_or_none():
 
 
 def test_a_target_never_met_is_null(project):
-    overrides = [*TINY, "callbacks.progress_bar=null", "trainer.max_epochs=1", "+trainer.limit_train_batches=3"]
+    overrides = [*TINY, "callbacks.progress_bar=null", "trainer.max_epochs=1", "trainer.limit_train_batches=3"]
     cfg = compose_cfg([*overrides, "target_acc=0.999"], project)
     L.seed_everything(0)
     trainer, datamodule, model = build(cfg)

@@ -86,7 +86,8 @@ def test_own_classes_train_and_their_run_evaluates_predicts_and_exports_by_name(
     train = [o for o in TINY if not o.startswith(("data=", "model.net"))]
     train += ["data=synthetic", "data.type=few_synthetic", "+data.classes=3", "+data.augment.invert=0.5"]
     train += ["data.val_size=100", "data.batch_size=50"]  # 3 classes of 10: ~600 images
-    train += ["~model.net", "+model.net={type:pooled_linear,pool:2}", "trainer.max_epochs=1", "scheduler=none"]
+    train += ["model.net.type=pooled_linear", "~model.net.width", "~model.net.dropout", "+model.net.pool=2"]
+    train += ["trainer.max_epochs=1", "scheduler=none"]
     assert main_in_process("train", [IMPORTS, *train, f"hydra.run.dir={run}"], brisk_root) == 0
     saved = OmegaConf.load(run / ".hydra" / "config.yaml")
     assert (saved.model.net.type, saved.data.type, saved.data.augment.invert) == ("pooled_linear", "few_synthetic", 0.5)

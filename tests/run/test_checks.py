@@ -51,7 +51,7 @@ BAD = {
 }
 if not torch.cuda.is_available():
     BAD["gpu_without_cuda"] = (["trainer.accelerator=gpu"], ["trainer.accelerator=gpu but no CUDA GPU"])
-    BAD["sync_batchnorm_on_cpu"] = (["+trainer.sync_batchnorm=true"], ["trainer.sync_batchnorm=true needs CUDA"])
+    BAD["sync_batchnorm_on_cpu"] = (["trainer.sync_batchnorm=true"], ["trainer.sync_batchnorm=true needs CUDA"])
 else:
     n = torch.cuda.device_count()
     BAD["more_gpus_than_exist"] = (

@@ -22,6 +22,7 @@ from brisk.registry import CALLBACKS, NETS, OPTIMIZERS
 from brisk.run.builder import build_datamodule, build_model
 from brisk.run.prepare import build_trainer
 from brisk.utils.config import plain
+from brisk.utils.explain import explain
 from helpers import TINY, compose_cfg
 
 GROUPS = [
@@ -148,19 +149,6 @@ def test_exp_decay_is_the_keras_recipe():
 
 # YAML entries that copy a library's default so that `key=value` needs no `+`: (file, what it builds, the keys).
 LIBRARY_DEFAULTS = [
-    (
-        "trainer/default.yaml",
-        "lightning.pytorch.Trainer",
-        (
-            "num_nodes",
-            "deterministic",
-            "gradient_clip_val",
-            "check_val_every_n_epoch",
-            "limit_train_batches",
-            "limit_val_batches",
-            "enable_model_summary",
-        ),
-    ),
     ("callbacks/ema.yaml", "lightning.pytorch.callbacks.EMAWeightAveraging", ("ema.decay",)),
     ("callbacks/swa.yaml", "lightning.pytorch.callbacks.StochasticWeightAveraging", ("swa.swa_epoch_start",)),
     ("tune/lr.yaml", "lightning.pytorch.tuner.Tuner.lr_find", ("min_lr", "max_lr", "num_training")),
@@ -168,6 +156,20 @@ LIBRARY_DEFAULTS = [
     ("model/resnet18.yaml", "resnet18", ("net.dropout",)),
     ("model/airbench.yaml", "airbench", ("net.dropout",)),
 ]
+
+
+def test_every_trainer_argument_is_a_key_with_lightnings_default(tmp_path):
+    """brisk.schemas: any Trainer argument is set without a `+`, its default is Lightning's own, not a copy, and a
+    value of the wrong type is refused while composing, naming the key."""
+    cfg = compose_cfg(["trainer.benchmark=true", "trainer.num_sanity_val_steps=0"], tmp_path)
+    assert (cfg.trainer.benchmark, cfg.trainer.num_sanity_val_steps) == (True, 0)
+    own = set(OmegaConf.load(Path(CONFIG_PATH) / "trainer/default.yaml")) - {"defaults"}
+    for name, parameter in inspect.signature(L.Trainer.__init__).parameters.items():
+        if name not in ("self", "callbacks", "logger", "benchmark", "num_sanity_val_steps", *own):
+            assert cfg.trainer[name] == parameter.default, name
+    with pytest.raises(Exception) as error:
+        compose_cfg(["trainer.max_epochs=ten"], tmp_path)
+    assert explain(error.value).key == "trainer.max_epochs"
 
 
 @pytest.mark.parametrize("file, target, keys", LIBRARY_DEFAULTS, ids=[f for f, _, _ in LIBRARY_DEFAULTS])
@@ -214,6 +216,6 @@ def test_eval_and_predict_share_brisk_trains_model_block(command, tmp_path):
     """One model block: a knob the classifier takes is a key of every command without a `+`."""
     trained = compose_cfg([], tmp_path).model
     other = compose_cfg(["ckpt_path=x", "inputs=x"][: 1 + (command == "predict")], tmp_path, config_name=command).model
-    assert other == {k: v for k, v in trained.items() if k != "net"}
+    assert {k: other[k] for k in other if k != "net"} == {k: v for k, v in trained.items() if k != "net"}
     given = ["ckpt_path=x", "inputs=x"][: 1 + (command == "predict")]
     assert compose_cfg([*given, "model.l1=0.001"], tmp_path, config_name=command).model.l1 == 0.001

@@ -81,10 +81,10 @@ def test_every_precision_trains_on_cpu(precision, brisk_root):
         [
             *TINY,
             f"precision={precision}",
-            "+trainer.max_steps=3",
+            "trainer.max_steps=3",
             "callbacks=none",
             "trainer.limit_val_batches=1",
-            "+trainer.enable_progress_bar=false",
+            "trainer.enable_progress_bar=false",
         ],
         brisk_root,
     )
@@ -100,7 +100,7 @@ def test_every_precision_trains_on_cpu(precision, brisk_root):
 
 @pytest.mark.slow  # suite budget; the default suite covers the same path more cheaply
 def test_16_mixed_on_cpu_says_what_it_ran_as(brisk_root):
-    proc = run_cli("train", [*TINY, "precision=16-mixed", "+trainer.max_steps=2", "callbacks=none"], brisk_root)
+    proc = run_cli("train", [*TINY, "precision=16-mixed", "trainer.max_steps=2", "callbacks=none"], brisk_root)
     assert "precision=16-mixed is not available here: running as bf16-mixed" in proc.stdout + proc.stderr
     s = read_summary(run_dir_of(proc))
     assert s["precision"] == {"requested": "16-mixed", "effective": "bf16-mixed"}

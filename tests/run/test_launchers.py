@@ -31,8 +31,8 @@ CHEAP = [
     "trainer.max_epochs=1",
     "trainer.limit_train_batches=2",
     "trainer.limit_val_batches=1",
-    "+trainer.limit_test_batches=1",
-    "+trainer.num_sanity_val_steps=0",
+    "trainer.limit_test_batches=1",
+    "trainer.num_sanity_val_steps=0",
     "scheduler=none",
     "callbacks.progress_bar=null",
 ]

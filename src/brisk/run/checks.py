@@ -28,6 +28,7 @@ from brisk.utils.config import plain
 # ckpt_path values that Lightning resolves itself rather than reading as a file name.
 INT, NUM, BOOL = "a whole number", "a number", "true or false"
 _ABSENT = object()
+DEVICES = "trainer.devices"
 # An image that declares more pixels (width x height) is a bad file; above Pillow's own bound the setting does nothing.
 MAX_PIXELS = (INT, lambda v: 1 <= v <= PILLOW_PIXELS, f"in 1..{PILLOW_PIXELS}", ())
 # key: (kind, test, what the test asks, other values allowed). A key absent from the config (another
@@ -149,27 +150,29 @@ def values(cfg: DictConfig, *tables: dict) -> None:
             ok = number and math.isfinite(value) and test(value)
         if not ok:
             also = f" (or {', '.join('null' if a is None else str(a) for a in allowed)})" if allowed else ""
-            raise BriskError(f"{key}={value!r} must be {' '.join(filter(None, (kind, wanted)))}{also}.")
+            raise BriskError(f"{key}={value!r} must be {' '.join(filter(None, (kind, wanted)))}{also}.", key)
 
 
 def accumulation(value, callbacks: DictConfig | None) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise BriskError(
             f"trainer.accumulate_grad_batches={value} (the accumulation group) must be a whole number >= 1. "
-            "Use accumulation=1 for none, or accumulation=2|4|8."
+            "Use accumulation=1 for none, or accumulation=2|4|8.",
+            "trainer.accumulate_grad_batches",
         )
     schedule = ((callbacks or {}).get("accumulation") or {}).get("scheduling") or {}
     for epoch, factor in schedule.items():
         if not isinstance(factor, int) or factor < 1:
             raise BriskError(
-                f"callbacks.accumulation.scheduling.{epoch}={factor} must be a whole number >= 1 (batches per step)."
+                f"callbacks.accumulation.scheduling.{epoch}={factor} must be a whole number >= 1 (batches per step).",
+                f"callbacks.accumulation.scheduling.{epoch}",
             )
 
 
 def learning_rate(optimizer: DictConfig) -> None:
     lr = optimizer.get("lr")
     if lr is not None and (not isinstance(lr, (int, float)) or isinstance(lr, bool) or not 0 < lr < math.inf):
-        raise BriskError(f"optimizer.lr={lr} must be a positive number, e.g. optimizer.lr=0.05.")
+        raise BriskError(f"optimizer.lr={lr} must be a positive number, e.g. optimizer.lr=0.05.", "optimizer.lr")
 
 
 def _accelerator(trainer: DictConfig) -> str:
@@ -185,18 +188,21 @@ def hardware(trainer: DictConfig) -> None:
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise BriskError(
             f"trainer.accelerator={accelerator} but no CUDA GPU is visible. "
-            "Use trainer=cpu or trainer.accelerator=auto."
+            "Use trainer=cpu or trainer.accelerator=auto.",
+            "trainer.accelerator",
         )
     if trainer.get("sync_batchnorm") and _accelerator(trainer) != "cuda":
         raise BriskError(
             "trainer.sync_batchnorm=true needs CUDA GPUs (SyncBatchNorm has no CPU kernel). "
-            "Drop it on CPU: see the README's BatchNorm notes."
+            "Drop it on CPU: see the README's BatchNorm notes.",
+            "trainer.sync_batchnorm",
         )
     name = str(strategy.get("_target_", "") if isinstance(strategy, DictConfig) else strategy).lower()
     if ("fsdp" in name or "deepspeed" in name) and _accelerator(trainer) != "cuda":
         raise BriskError(
             f"trainer.strategy={strategy} needs CUDA GPUs, and none are available here. "
-            "Use strategy=ddp (or ddp_spawn) on CPU."
+            "Use strategy=ddp (or ddp_spawn) on CPU.",
+            "trainer.strategy",
         )
 
 
@@ -208,26 +214,28 @@ def _requested(devices, available: int, accelerator: str) -> int:
         devices = [int(d) for d in devices.split(",") if d.strip()]
     if isinstance(devices, (list, tuple, ListConfig)):
         if accelerator == "cpu":
-            raise BriskError(f"trainer.devices={list(devices)}: on CPU give a number of processes, e.g. 2.")
+            raise BriskError(f"trainer.devices={list(devices)}: on CPU give a number of processes, e.g. 2.", DEVICES)
         ids = [int(d) for d in devices]
         if any(i < 0 or i >= available for i in ids):
             raise BriskError(
                 f"trainer.devices={list(ids)}: this machine has {available} {accelerator} device(s), "
-                f"numbered 0..{available - 1}."
+                f"numbered 0..{available - 1}.",
+                DEVICES,
             )
         return len(ids)
     try:
         n = int(devices)
     except (TypeError, ValueError):
-        raise BriskError(f"trainer.devices={devices} is not a number, a list of ids, or auto.") from None
+        raise BriskError(f"trainer.devices={devices} is not a number, a list of ids, or auto.", DEVICES) from None
     if n == -1 and accelerator == "cuda":
         return available
     if n < 1:
-        raise BriskError(f"trainer.devices={devices} must be >= 1 (or auto).")
+        raise BriskError(f"trainer.devices={devices} must be >= 1 (or auto).", DEVICES)
     if n > available:
         unit = "CUDA GPUs" if accelerator == "cuda" else "CPU cores"
         raise BriskError(
-            f"trainer.devices={n} but this machine has {available} {unit}. Use trainer.devices={available} or fewer."
+            f"trainer.devices={n} but this machine has {available} {unit}. Use trainer.devices={available} or fewer.",
+            DEVICES,
         )
     return n
 
@@ -246,7 +254,7 @@ def device_count(trainer: DictConfig) -> int:
 def num_nodes(trainer: DictConfig) -> int:
     nodes = trainer.get("num_nodes", 1)
     if not isinstance(nodes, int) or nodes < 1:
-        raise BriskError(f"trainer.num_nodes={nodes} must be a whole number >= 1.")
+        raise BriskError(f"trainer.num_nodes={nodes} must be a whole number >= 1.", "trainer.num_nodes")
     return nodes
 
 
@@ -257,13 +265,14 @@ def batch_split(data: DictConfig, world: int) -> None:
         if size is None:
             continue
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise BriskError(f"data.{key}={size} must be a whole number >= 1.")
+            raise BriskError(f"data.{key}={size} must be a whole number >= 1.", f"data.{key}")
         if size % world:
             lower, upper = size // world * world, -(-size // world) * world
             nearest = f"{lower} or {upper}" if lower else str(upper)
             raise BriskError(
                 f"data.{key}={size} (the global batch) does not split across {world} processes "
-                f"(trainer.devices x trainer.num_nodes). Use a multiple of {world}, e.g. data.{key}={nearest}."
+                f"(trainer.devices x trainer.num_nodes). Use a multiple of {world}, e.g. data.{key}={nearest}.",
+                f"data.{key}",
             )
 
 
@@ -273,6 +282,7 @@ def checkpoint_exists(ckpt_path) -> None:
     if not os.path.lexists(str(ckpt_path)):
         raise BriskError(
             f"ckpt_path={ckpt_path}: no such file. Pass the path of a .ckpt (e.g. <run>/checkpoints/last.ckpt), "
-            "or ckpt_path=last together with hydra.run.dir=<run>."
+            "or ckpt_path=last together with hydra.run.dir=<run>.",
+            "ckpt_path",
         )
     run_files.regular(str(ckpt_path))  # a FIFO would hang Lightning's load, and a folder is no checkpoint

@@ -18,6 +18,7 @@ from typing import Any
 
 from hydra.errors import (
     CompactHydraException,
+    HydraException,
     InstantiationException,
     MissingConfigException,
     OverrideParseException,
@@ -26,9 +27,11 @@ from omegaconf import OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
+    ConfigTypeError,
     InterpolationResolutionError,
     MissingMandatoryValue,
     OmegaConfBaseException,
+    ValidationError,
 )
 
 from brisk import compat
@@ -59,6 +62,19 @@ def explain(error: BaseException, cfg: Any = None, overrides: Sequence[str] = ()
         return _config_value(cause, cfg)
     if isinstance(error, CompactHydraException) and not isinstance(error, InstantiationException):
         return _composition(error, list(overrides))
+    if isinstance(error, HydraException) and "does not support sweep type" in str(error):
+        ranged = next((o for o in overrides if re.search(r"=\s*(interval|tag)\(", o)), "a range")
+        return BriskError(
+            f"{ranged}: Hydra's default sweeper runs lists (key=a,b,c), not ranges. Search a range with "
+            "hparams_search=optuna (docs/search.md).",
+            ranged.partition("=")[0],
+        )
+    if (package := _missing_package(error)) and (extra := _extra_for(package)):  # e.g. hparams_search=optuna
+        given = next((o for o in overrides if package in o.partition("=")[2]), None)
+        return BriskError(
+            f"{given + ': it needs ' if given else ''}{package}, which is not installed. Install it: "
+            f"pip install -e '.[{extra}]' (brisk's {extra} extra)."
+        )
     return None
 
 
@@ -239,7 +255,18 @@ def _composition(error: CompactHydraException, overrides: list[str]) -> BriskErr
             f"{override}: the comma makes this several values (a list, or a sweep under -m). For one value with a "
             f"comma in it, quote it: {key}='{value}' (in a shell: \"{key}='{value}'\"); for a list: {key}=[{value}]."
         )
-    cause = error.__cause__
+    cause = error.__cause__ or error.__context__  # __context__: a value set inside a group's file
+    if isinstance(cause, ConfigTypeError) and cause.full_key and "deletion" in str(cause):  # ~key of a schema
+        key = cause.full_key
+        return BriskError(
+            f"~{key}: {key} is an argument every run gives (brisk.schemas), so it cannot be removed. Give it another "
+            f"value instead: {key}=<value>.",
+            key,
+        )
+    if isinstance(cause, ValidationError) and cause.full_key:  # a schema's type (brisk.schemas)
+        key = cause.full_key
+        given = next((o for o in reversed(overrides) if o.partition("=")[0].lstrip("+") == key), key)  # the last wins
+        return BriskError(f"{given}: {first_line(cause.msg)}. Give {key} a value of that type.", key)
     if isinstance(cause, ConfigKeyError | ConfigAttributeError) and cause.full_key:
         key = cause.full_key
         where, _, leaf = key.rpartition(".")

@@ -1,0 +1,58 @@
+"""A user's mistake on brisk-train's command line ends in one `brisk: error:` line that starts with the key at fault,
+exit status 2, and no run directory. The cases assert the key, not the wording, so a clearer message breaks nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from helpers import TINY, assert_user_error, main_in_process
+
+# (overrides, the key the line must start with)
+CASES = {
+    "type_from_the_trainer_schema": (["trainer.max_epochs=ten"], "trainer.max_epochs"),
+    "bool_from_the_trainer_schema": (["trainer.benchmark=maybe"], "trainer.benchmark"),
+    "range_of_a_trainer_argument": (["trainer.max_epochs=0"], "trainer.max_epochs"),
+    "misspelt_key": (["data.batchsize=3"], "data.batchsize"),
+    "batch_zero": (["data.batch_size=0"], "data.batch_size"),
+    "batch_split_over_ranks": (["trainer.num_nodes=3", "data.batch_size=100"], "data.batch_size"),
+    "lr_zero": (["optimizer.lr=0"], "optimizer.lr"),
+    "unknown_net": (["model.net.type=nonet"], "model.net.type"),
+    "net_argument_misspelt": (["+model.net.widht=3"], "model.net.widht"),
+    "unknown_group_option": (["optimizer=nope"], "optimizer"),
+    "missing_checkpoint": (["ckpt_path=/nonexistent/last.ckpt"], "ckpt_path"),
+    "zero_devices": (["trainer.devices=0"], "trainer.devices"),
+    "augment_range": (["data.augment.rotate=500"], "data.augment.rotate"),
+    "seed_negative": (["seed=-1"], "seed"),
+    "range_without_a_search": (["-m", "optimizer.lr=interval(0.01,0.1)"], "optimizer.lr"),
+}
+
+
+def assert_key(status: int, err: str, key: str) -> None:
+    line = assert_user_error(subprocess.CompletedProcess([], status, "", err))
+    assert re.match(rf"brisk: error: [+~]?{re.escape(key)}[=:]", line), line
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_mistake_is_one_line_starting_with_its_key(case, tmp_path, capsys):
+    overrides, key = CASES[case]
+    run_dir = tmp_path / "run"
+    status = main_in_process("train", [*TINY, *overrides, f"hydra.run.dir={run_dir}"], tmp_path)
+    assert_key(status, capsys.readouterr().err, key)
+    assert not run_dir.exists() and not (tmp_path / "logs").exists()
+
+
+def test_a_search_without_optuna_names_the_extra(tmp_path):
+    """Optuna missing, as after `make train` alone: Python's own refusal of an import blocked in sys.modules."""
+    code = "import sys; sys.modules['optuna'] = None; from brisk.train import main; main()"
+    args = ["-m", "hparams_search=optuna", f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db", *TINY]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    line = assert_user_error(proc, "pip install -e '.[search]'")
+    assert line.startswith("brisk: error: hparams_search=optuna:"), line
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "optuna.db").exists()
