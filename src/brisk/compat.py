@@ -9,7 +9,7 @@ rather than deep inside a run.
 from __future__ import annotations
 
 import re
-from typing import Any, get_args
+from typing import Any
 
 import lightning as L
 from hydra.core.utils import JobReturn
@@ -86,19 +86,6 @@ def averaged_module(callback: L.Callback) -> nn.Module | None:
     if isinstance(callback, StochasticWeightAveraging):
         return callback._average_model
     return None
-
-
-def precision_flags() -> dict[str, str]:
-    """Every `precision` the Trainer accepts, as text, -> the name it runs under (`16` -> `16-mixed`).
-
-    The accepted values exist only as the private Literal types behind the Trainer's `precision`
-    annotation (and its alias table); Lightning offers no public list.
-    """
-    from lightning.fabric.plugins.precision import precision as p
-
-    names = {name: name for name in get_args(p._PRECISION_INPUT_STR)}
-    aliases = get_args(p._PRECISION_INPUT_STR_ALIAS)
-    return {**names, **{alias: p._PRECISION_INPUT_STR_ALIAS_CONVERSION[alias] for alias in aliases}}
 
 
 def stop_like_sigterm(trainer: L.Trainer) -> None:
@@ -208,11 +195,6 @@ def missing() -> list[str]:
     ]
     averagers = (WeightAveraging(), StochasticWeightAveraging(swa_lrs=0.1))
     gone += [f"{type(c).__name__}.{name}" for c in averagers for name in _AVERAGING if not hasattr(c, name)]
-    from lightning.fabric.plugins.precision import precision
-
-    for name in ("_PRECISION_INPUT_STR", "_PRECISION_INPUT_STR_ALIAS", "_PRECISION_INPUT_STR_ALIAS_CONVERSION"):
-        if not hasattr(precision, name):
-            gone.append(f"lightning.fabric.plugins.precision.precision.{name}")
     sweeper = type(basic_sweeper(max_batch_size=None))
     gone += [f"hydra BasicSweeper.{name}" for name in _SWEEPER if not hasattr(sweeper, name)]
     if "_return_value" not in JobReturn.__dataclass_fields__:

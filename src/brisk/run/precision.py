@@ -3,24 +3,36 @@
 from __future__ import annotations
 
 import logging
+import typing
 
 import lightning as L
 import torch
 
-from brisk import compat
 from brisk.errors import BriskError
 
 log = logging.getLogger("brisk")
 
 
+# Lightning's short names (its Trainer docs, `precision`): 16 and bf16 are mixed precision, 32 and 64 true.
+ALIASES = {"16": "16-mixed", "bf16": "bf16-mixed", "32": "32-true", "64": "64-true"}
+
+
+def flags() -> dict[str, str]:
+    """Every `precision` the Trainer accepts, as text, -> the name it runs under (`16` -> `16-mixed`): the values
+    of the Literal types in the Trainer's public `precision` annotation."""
+    hint = typing.get_type_hints(L.Trainer.__init__)["precision"]
+    values = [str(v) for literal in typing.get_args(hint) for v in typing.get_args(literal)]
+    return {v: ALIASES.get(v, v) for v in values}
+
+
 def name(value) -> str:
     """The name Lightning runs a precision flag under (`16` -> `16-mixed`); `auto` (brisk's own) stays `auto`."""
-    flags = {"auto": "auto", **compat.precision_flags()}
-    if str(value) not in flags:
+    flags_ = {"auto": "auto", **flags()}
+    if str(value) not in flags_:
         raise BriskError(
-            f"trainer.precision={value} is unknown. Choose one of: {', '.join(flags)} (e.g. precision=bf16-mixed)."
+            f"trainer.precision={value} is unknown. Choose one of: {', '.join(flags_)} (e.g. precision=bf16-mixed)."
         )
-    return flags[str(value)]
+    return flags_[str(value)]
 
 
 def resolve(requested: str | int, accelerator: str) -> str:
