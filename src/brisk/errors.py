@@ -3,6 +3,7 @@ refused command ends."""
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from typing import NoReturn
@@ -30,6 +31,15 @@ class BuildError(Exception):
     def __init__(self, key: str, entry: object) -> None:
         self.key, self.shown = key, getattr(entry, "__name__", str(entry))
         super().__init__(f"{key}: {self.shown} failed to build")
+
+
+def check(key: str, value: object, test, wanted: str, kind: type | tuple = (int, float)) -> None:
+    """A range, where the value is used: refuse `value` of `key` unless it is a finite `kind` (not a bool) that
+    passes `test`. The schemas (brisk.schemas) check types as the config is composed; this also guards a caller
+    from Python, and a number that is NaN or infinite, which OmegaConf takes as a float."""
+    number = isinstance(value, kind) and not isinstance(value, bool)
+    if not (number and math.isfinite(value) and test(value)):
+        raise BriskError(f"{key}={value!r} must be {wanted}.", key)
 
 
 def refuse(error: object) -> NoReturn:

@@ -28,6 +28,9 @@ CASES = {
     "zero_devices": (["trainer.devices=0"], "trainer.devices"),
     "augment_range": (["data.augment.rotate=500"], "data.augment.rotate"),
     "seed_negative": (["seed=-1"], "seed"),
+    "classifier_range": (["model.label_smoothing=1.0"], "model.label_smoothing"),
+    "classifier_nan": (["model.weight_decay=nan"], "model.weight_decay"),
+    "optimizer_decay_belongs_to_the_model": (["+optimizer.weight_decay=0.1"], "optimizer.weight_decay"),
     "range_without_a_search": (["-m", "optimizer.lr=interval(0.01,0.1)"], "optimizer.lr"),
 }
 
@@ -56,3 +59,16 @@ def test_a_search_without_optuna_names_the_extra(tmp_path):
     line = assert_user_error(proc, "pip install -e '.[search]'")
     assert line.startswith("brisk: error: hparams_search=optuna:"), line
     assert not (tmp_path / "logs").exists() and not (tmp_path / "optuna.db").exists()
+
+
+@pytest.mark.parametrize("knob, value", [("label_smoothing", 1.0), ("l1", -1.0), ("norm_lr_mult", 0.0)])
+def test_a_range_lives_in_the_constructor_that_uses_it(knob, value):
+    """From Python, without a config: the classifier refuses the value itself, with the key a config would use."""
+    from brisk.errors import BriskError
+    from brisk.models import ImageClassifier
+
+    with pytest.raises(BriskError) as error:
+        ImageClassifier(
+            net={"type": "simple_cnn"}, optimizer={"type": "sgd", "lr": 0.1}, class_names=["a", "b"], **{knob: value}
+        )
+    assert error.value.key == f"model.{knob}"

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torchmetrics import MaxMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from brisk.errors import BriskError
+from brisk.errors import BriskError, check
 from brisk.models import from_data, losses, param_groups
 from brisk.models.metrics import ClassMetrics
 from brisk.models.sparsity import fold_masks
@@ -87,6 +87,10 @@ class ImageClassifier(L.LightningModule):
         norm_lr_mult: float = 1.0,
     ) -> None:
         super().__init__()
+        check("model.label_smoothing", label_smoothing, lambda v: 0 <= v < 1, "a number in [0, 1)")
+        check("model.weight_decay", weight_decay, lambda v: v >= 0, "a number >= 0")
+        check("model.l1", l1, lambda v: v >= 0, "a number >= 0")
+        check("model.norm_lr_mult", norm_lr_mult, lambda v: v > 0, "a number > 0")
         if tta not in TTA:
             raise BriskError(f"model.tta={tta} is unknown. Choose one of: {', '.join(TTA)}.")
         net, optimizer, scheduler, class_names = plain(net), plain(optimizer), plain(scheduler), list(class_names)

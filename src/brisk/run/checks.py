@@ -19,7 +19,6 @@ from brisk.checkpoints import paths
 from brisk.data.augment_ops import Augmentation
 from brisk.data.images import PILLOW_PIXELS
 from brisk.errors import BriskError
-from brisk.models.classifier import check_optimizer
 from brisk.run import precision
 from brisk.run.builder import check_always_on
 from brisk.utils import run_files
@@ -60,11 +59,6 @@ VALUES = {
     "data.synthetic.n_train": (INT, lambda v: 5 <= v <= 10**8 and v % 5 == 0, "a multiple of 5 in 5..10**8", ()),
     "data.synthetic.n_test": (INT, lambda v: 1 <= v <= 10**8, "in 1..10**8", ()),
     "data.synthetic.noise": (NUM, lambda v: v >= 0, ">= 0", ()),
-    "model.label_smoothing": (NUM, lambda v: 0 <= v < 1, "in [0, 1)", ()),
-    "model.weight_decay": (NUM, lambda v: v >= 0, ">= 0", ()),
-    "model.l1": (NUM, lambda v: v >= 0, ">= 0", ()),
-    "model.compile": (BOOL, None, "", ()),
-    "model.norm_lr_mult": (NUM, lambda v: v > 0, "> 0", ()),
     "model.net.whiten_init": (BOOL, None, "", ()),  # airbench's
     "model.net.dirac": (BOOL, None, "", ()),
     "model.net.frozen_bn_scale": (BOOL, None, "", ()),
@@ -116,7 +110,6 @@ def validate(cfg: DictConfig) -> None:
         accumulation(trainer.accumulate_grad_batches, cfg.get("callbacks"))
     if cfg.get("optimizer") is not None:
         learning_rate(cfg.optimizer)
-        check_optimizer(cfg.optimizer)
     hardware(trainer)
     world = device_count(trainer) * num_nodes(trainer)
     batch_split(cfg.data, world)
