@@ -160,7 +160,7 @@ CASES = {
     "label_smoothing_negative": _args("model.label_smoothing=-0.1", needles=("model.label_smoothing=-0.1",)),
     "crop_pad_negative": _args("data.augment.crop_pad=-4", needles=("data.augment.crop_pad=-4",)),
     "flip_not_bool": _args(
-        "data.augment.flip=maybe", needles=("data.augment.flip='maybe'", "true or false", "alternate")
+        "data.augment.flip=maybe", needles=("data.augment.flip='maybe'", "true, false or alternate")
     ),
     "resident_not_bool": _args("data.resident=gpu", needles=("data.resident='gpu'", "true or false")),
     "seed_negative": _args("seed=-1", needles=("seed=-1",)),

@@ -27,7 +27,7 @@ import torch.nn as nn
 
 from brisk.data import augment as aug
 from brisk.data import mixing
-from brisk.errors import BriskError
+from brisk.errors import BriskError, check
 from brisk.registry import AUGMENTS
 
 STAGES = ("uint8", "float", "uint8_after", "mix")
@@ -45,6 +45,10 @@ class CropFlip:
     each image mirrored in every other epoch, airbench's derandomized flip, brisk.data.loader), in one copy."""
 
     def __init__(self, crop_pad: int = 0, flip: bool | str = False) -> None:
+        # at most the image size: brisk.run.preflight, once the data says it
+        check("data.augment.crop_pad", crop_pad, lambda v: v >= 0, "a whole number >= 0 (pixels)", int)
+        if flip not in (True, False, "alternate"):
+            raise BriskError(f"data.augment.flip={flip!r} must be true, false or alternate.", "data.augment.flip")
         self.crop_pad, self.flip = int(crop_pad), on(flip)
 
     def __call__(self, x: torch.Tensor, flips: torch.Tensor | None = None) -> torch.Tensor:
@@ -59,6 +63,7 @@ class Cutout:
     """One `cutout_size` x `cutout_size` square per image zeroed (DeVries & Taylor 2017: 16 px on CIFAR-10)."""
 
     def __init__(self, cutout_size: int) -> None:
+        check("data.augment.cutout_size", cutout_size, lambda v: v >= 0, "a whole number >= 0 (pixels)", int)
         self.size = int(cutout_size)
 
     def __call__(self, x: torch.Tensor, flips: torch.Tensor | None = None) -> torch.Tensor:
@@ -71,6 +76,7 @@ class Affine:
     for both: Kornia's RandomAffine)."""
 
     def __init__(self, rotate: float = 0, scale: list[float] | None = None) -> None:
+        check("data.augment.rotate", rotate, lambda v: 0 <= v <= 180, "a number in 0..180 (degrees)")
         if scale is not None:
             pair = list(scale) if isinstance(scale, list | tuple) else []
             numbers = all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in pair)
@@ -101,6 +107,7 @@ class ColorJitter:
     """Brightness, contrast and saturation, each scaled by its own factor in [1 - j, 1 + j] per image."""
 
     def __init__(self, color_jitter: float) -> None:
+        check("data.augment.color_jitter", color_jitter, lambda v: 0 <= v <= 1, "a number in [0, 1]")
         self.strength = float(color_jitter)
 
     def module(self) -> nn.Module:
@@ -134,6 +141,7 @@ class Erasing:
     """With probability `erasing`, one random box of the image erased (Zhong et al. 2020)."""
 
     def __init__(self, erasing: float) -> None:
+        check("data.augment.erasing", erasing, lambda v: 0 <= v <= 1, "a number in [0, 1] (a probability)")
         self.p = float(erasing)
 
     def module(self) -> nn.Module:

@@ -46,12 +46,6 @@ VALUES = {
     "data.split_seed": (INT, lambda v: v >= 0, ">= 0", ()),
     "data.skip_bad": (BOOL, None, "", ()),
     "data.max_pixels": MAX_PIXELS,  # image_folder's
-    "data.augment.crop_pad": (INT, lambda v: v >= 0, ">= 0", ()),  # at most the image size: preflight.data
-    "data.augment.cutout_size": (INT, lambda v: v >= 0, ">= 0", ()),
-    "data.augment.flip": (BOOL, None, "", ("alternate",)),
-    "data.augment.rotate": (NUM, lambda v: 0 <= v <= 180, "in 0..180 (degrees)", ()),  # scale, policy: validate
-    "data.augment.color_jitter": (NUM, lambda v: 0 <= v <= 1, "in [0, 1]", ()),
-    "data.augment.erasing": (NUM, lambda v: 0 <= v <= 1, "in [0, 1] (a probability)", ()),
     "data.augment.mixup_alpha": (NUM, lambda v: v > 0, "> 0", (None,)),  # Beta(alpha, alpha); null: off
     "data.augment.cutmix_alpha": (NUM, lambda v: v > 0, "> 0", (None,)),
     "data.balanced": (BOOL, None, "", ()),
