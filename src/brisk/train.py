@@ -12,6 +12,7 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from brisk.callbacks import RunStart
 from brisk.checkpoints.paths import checkpoint_to_test
 from brisk.cli import entry_point
 from brisk.run import checks, launch, loggers, precision, preflight, resume, rundir
@@ -35,11 +36,13 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
     if first_process():  # the other ranks of a job share what the first one checked
         preflight.check(cfg, datamodule)
     target = cfg.get("target_acc")
-    trainer = launch.on_all_ranks(lambda: make_trainer(cfg, always_on(target)))  # starts a DDP job's other ranks
+    # The run starts at its first optimizer step, when RunStart writes its record: what the fit refuses before that
+    # leaves no run directory (brisk.run.rundir). Last, so it marks the step after every other callback's batch end.
+    started = RunStart(record.write if (record := run.record(cfg)) else None)
+    trainer = launch.on_all_ranks(lambda: make_trainer(cfg, [*always_on(target), started]))  # starts other ranks
     model = build_model(cfg, datamodule)
     precision.report(cfg.trainer.precision, str(cfg.trainer.accelerator), trainer)
 
-    run.start(cfg)  # every check has passed: from here on the run directory is kept, with its record
     start = time.perf_counter()
     trainer.fit(model, datamodule=datamodule, ckpt_path=resumed.ckpt_path, weights_only=True)
     fit_seconds = time.perf_counter() - start

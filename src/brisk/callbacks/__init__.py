@@ -12,6 +12,7 @@ from brisk.callbacks.pruning import Pruning
 from brisk.callbacks.rank_seed import RankSeed
 from brisk.callbacks.resume_state import ResumeState
 from brisk.callbacks.run_plots import RunPlots
+from brisk.callbacks.run_start import RunStart
 from brisk.callbacks.sigterm_checkpoint import SigtermCheckpoint
 from brisk.callbacks.speed_meter import SpeedMeter
 from brisk.callbacks.startup_clock import StartupClock
@@ -35,6 +36,7 @@ __all__ = [
     "Pruning",
     "ResumeState",
     "RunPlots",
+    "RunStart",
     "SigtermCheckpoint",
     "SpeedMeter",
     "StartupClock",

@@ -1,9 +1,18 @@
 """A run directory's life: locked while a run uses it, recorded in `.hydra/` only once the run starts,
 and removed again when the run is refused and this invocation created the directory.
 
+A training run starts at its first optimizer step (brisk.callbacks.RunStart writes the record then), not when
+the fit is called: a fit refuses much before it trains (a logger's folder, the schedule's plan, the net's
+first forward in the sanity check, a callback's first batch), and each of those writes into the directory
+(.hydra/, the loggers' folders, train.log). So whatever refuses the run before its first step, in whichever
+order it writes, the directory goes as one (`Run.refused`); one that has stepped keeps it. A directory this
+invocation did not create (a resume's run) is never removed, and gets no record before the first step either.
+Whether the run started is read from the disk, the record's config.yaml, so it holds where ddp_spawn steps in
+other processes.
+
 Hydra creates the directory and, by default, writes `.hydra/` and opens the log file before the task
-runs. conf/hydra/default.yaml turns both off (`output_subdir: null`, a delayed log file), so a refused
-run leaves nothing behind, and a resume refused by a check leaves its target as it was.
+runs. conf/hydra/default.yaml turns both off (`output_subdir: null`, a delayed log file), so a run refused
+before the fit leaves nothing to remove, and a resume refused by a check leaves its target as it was.
 
 A directory that holds another run's files (its record, checkpoints or summary) is refused before anything is
 written in it, since a new run there would replace them (`claim`). Only a resume of that run, from a checkpoint
@@ -20,6 +29,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,12 +127,31 @@ def _requeued(run_dir: Path) -> bool:
     return "SLURM_JOB_ID" in os.environ and run_dir.name == launch.run_id()
 
 
+@dataclass(frozen=True)
+class Record:
+    """A run's record, composed and ready to write: its folder and each file's text. Plain data, so it travels
+    to ddp_spawn's processes (in RunStart), where no Hydra config exists to compose it from."""
+
+    folder: Path
+    files: tuple[tuple[str, str], ...]  # (name, text); config.yaml last: once it is there, the record is whole
+
+    def written(self) -> bool:
+        return (self.folder / "config.yaml").is_file()
+
+    def write(self) -> None:
+        if not self.written():
+            for name, text in self.files:
+                write_text(self.folder / name, text)
+
+
 class Run:
     """This invocation's hold on its run directory (a no-op outside a Hydra job)."""
 
     def __init__(self) -> None:
         self.dir: Path | None = None
-        self.owned = self.started = False  # created by this invocation / recorded as started
+        self.owned = False  # created by this invocation
+        self._as_is = False  # a finished run resumed again: nothing is recorded or removed
+        self._record: Record | None = None
         self._lock: int | None = None
         if not HydraConfig.initialized() or not first_process():
             return
@@ -148,28 +177,46 @@ class Run:
             logging.getLogger("brisk").warning("cannot lock %s (%s): running unlocked", self.dir, e.strerror)
         self.owned = not existed
 
+    def record(self, cfg: DictConfig) -> Record | None:
+        """The record this run writes when it starts, composed once (None where this process records nothing).
+        A resume keeps the original and adds its own beside it."""
+        if self.dir is None or self._as_is:
+            return None
+        if self._record is None:
+            folder = self.dir / RECORD
+            if (folder / "config.yaml").is_file():
+                n = 1 + sum(1 for p in folder.glob("resume-*") if p.is_dir())
+                folder = folder / f"resume-{n}"
+            hydra_cfg = HydraConfig.instance().cfg
+            # Resolved: paths such as data.root come from ${oc.env:BRISK_ROOT,.} and the working folder, which
+            # eval, predict and export, started elsewhere, would otherwise resolve to another folder.
+            # Without `imports`: a run's files never say what to import (brisk.checkpoints.restore refuses the key).
+            saved = OmegaConf.to_container(cfg, resolve=True)
+            saved.pop("imports", None)
+            files = (
+                ("hydra.yaml", OmegaConf.to_yaml(hydra_cfg)),
+                ("overrides.yaml", OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task)),
+                ("config.yaml", OmegaConf.to_yaml(saved)),
+            )
+            self._record = Record(folder, files)
+        return self._record
+
     def start(self, cfg: DictConfig) -> None:
-        """The run really starts: write its record (once). A resume keeps the original and adds its own."""
-        if self.dir is None or self.started:
-            return
-        self.started = True
-        record = self.dir / RECORD
-        if (record / "config.yaml").is_file():
-            n = 1 + sum(1 for p in record.glob("resume-*") if p.is_dir())
-            record = record / f"resume-{n}"
-        hydra_cfg = HydraConfig.instance().cfg
-        # Resolved: paths such as data.root come from ${oc.env:BRISK_ROOT,.} and the working folder, which
-        # eval, predict and export, started elsewhere, would otherwise resolve to another folder.
-        # Without `imports`: a run's files never say what to import (brisk.checkpoints.restore refuses the key).
-        saved = OmegaConf.to_container(cfg, resolve=True)
-        saved.pop("imports", None)
-        write_text(record / "config.yaml", OmegaConf.to_yaml(saved))
-        write_text(record / "hydra.yaml", OmegaConf.to_yaml(hydra_cfg))
-        write_text(record / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task))
+        """The run really starts: write its record (once). brisk-train's is written by RunStart at the first
+        step; the other entry points' when they are done (brisk.cli)."""
+        if (record := self.record(cfg)) is not None:
+            record.write()
+
+    @property
+    def started(self) -> bool:
+        """Whether this run's record is on disk (written here, or by a ddp_spawn process), or it is left as is."""
+        return self._as_is or (self._record is not None and self._record.written())
 
     def refused(self) -> None:
-        """The run stopped before it started: remove the directory if this invocation made it."""
-        if not (self.owned and not self.started and self._lock is not None):
+        """The run stopped before it started: remove the directory if this invocation made it, whatever wrote
+        into it (Hydra, the loggers, the log file, a checkpoint). A directory that was there (a resume's run, a
+        folder named by hydra.run.dir) is never removed: it holds files that are not this invocation's."""
+        if not self.owned or self.started or self._lock is None:
             return
         _close_log_files_in(self.dir)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -181,7 +228,7 @@ class Run:
 
     def leave_as_is(self) -> None:
         """A finished run resumed again: nothing runs, so nothing is recorded and its directory stays as it was."""
-        self.started = True
+        self._as_is = True
 
     def close(self) -> None:
         if self._lock is not None:

@@ -1,0 +1,142 @@
+"""Refusals that come late, inside the fit: a run refused before its first optimizer step leaves no run directory,
+whatever had written into it by then (.hydra/, the loggers' folders, train.log), and the same holds for each way
+to get there (brisk.run.rundir, brisk.callbacks.RunStart). The cases run brisk-train's real entry point in this
+process; a run that trains keeps its directory and its record (tests/run/test_resume.py, tests/run/test_signals.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from helpers import BASE, RUNS, assert_user_error, brisk_train, tree
+
+
+def _args(*overrides: str, needles: tuple[str, ...]) -> Callable[[Path], tuple[list[str], tuple[str, ...]]]:
+    return lambda root: (list(overrides), needles)
+
+
+def _under_a_file(logger: str) -> Callable[[Path], tuple[list[str], tuple[str, ...]]]:
+    """A logger's folder that cannot be made: its parent is a file (root, as these tests run, ignores modes)."""
+
+    def make(root: Path):
+        (root / "afile").write_text("")
+        return [f"logger={logger}", f"logger.{logger}.save_dir={root / 'afile' / logger}"], (f"logger.{logger}",)
+
+    return make
+
+
+# Each case: a function of the project root that prepares files and returns (overrides, needles).
+CASES = {
+    # refused by brisk inside the fit, in configure_optimizers after the loggers have made their folders: BASE's 1500
+    # training images at 750 a batch are 2 optimizer steps, and pct_start=0.5 of 2 is a one-step warm-up
+    "one_step_warmup": _args(
+        "scheduler=onecycle", "scheduler.pct_start=0.5", "data.batch_size=750", needles=("scheduler.pct_start=0.5",)
+    ),
+    "mixup_alpha_zero": _args("augment=mixup", "data.augment.mixup_alpha=0", needles=("data.augment.mixup_alpha=0",)),
+    "lookahead_every_zero": _args(
+        "callbacks=lookahead", "callbacks.lookahead.every=0", needles=("callbacks.lookahead.every=0",)
+    ),
+    "airbench_width_zero": _args("model=airbench", "model.net.widths=[0,64,64]", needles=("model.net.widths",)),
+    "csv_folder_unwritable": _under_a_file("csv"),
+    "tensorboard_folder_unwritable": _under_a_file("tensorboard"),
+    "wandb_without_a_key": _args("logger=wandb", needles=("logger.wandb", "WANDB_MODE=offline")),
+    "patience_a_string": _args(
+        "callbacks=early_stopping",
+        "callbacks.early_stopping.patience=five",
+        needles=("callbacks.early_stopping.patience",),
+    ),
+    # refused after the first epoch's steps, so their directories stay: each needs its check before the fit
+    "early_stopping_monitor_missing": _args(
+        "callbacks=early_stopping", "callbacks.early_stopping.monitor=val/nope", needles=("val/nope",)
+    ),
+    "early_stopping_without_validation": _args(
+        "callbacks=early_stopping", "trainer.limit_val_batches=0", needles=("callbacks.early_stopping",)
+    ),
+    "lookahead_decay_nan": _args("callbacks=lookahead", "+callbacks.lookahead.decay=nan", needles=("decay=nan",)),
+    "warmup_start_nan": _args("scheduler=warmup_linear", "+scheduler.start=nan", needles=("scheduler.start=nan",)),
+    "warmup_longer_than_the_run": _args("scheduler=warmup_linear", "scheduler.warmup=5", needles=("scheduler.warmup",)),
+}
+# Cases the run directory's removal covers, that still end in a traceback or a line that does not name the key:
+# their own refusal is the config checks' to give (issue 42, class 6). Once one is refused in its line, this test
+# fails until the case leaves this set.
+NOT_YET_ONE_LINE = {
+    "lookahead_every_zero",
+    "airbench_width_zero",
+    "csv_folder_unwritable",
+    "tensorboard_folder_unwritable",
+    "wandb_without_a_key",
+}
+# Refused only after the first step (or not at all): a run that has trained keeps its directory, so these leave one
+# until a check refuses them before the fit. Strict: the day one passes, it leaves this set.
+AFTER_THE_FIRST_STEP = {
+    "patience_a_string",  # Lightning compares it at the second validation: one epoch ends with exit 0
+    "early_stopping_monitor_missing",
+    "early_stopping_without_validation",
+    "lookahead_decay_nan",
+    "warmup_start_nan",
+    "warmup_longer_than_the_run",
+}
+
+
+def _marked(case: str):
+    if case in AFTER_THE_FIRST_STEP:
+        return pytest.param(case, marks=pytest.mark.xfail(strict=True, reason="refused after the first step"))
+    return case
+
+
+def _base(overrides: list[str]) -> list[str]:
+    """BASE, less its simple_cnn width where the case picks another net (which has no such key)."""
+    other_net = any(o.startswith("model=") for o in overrides)
+    return [a for a in BASE if not (other_net and a.startswith("model.net.width="))]
+
+
+@pytest.fixture
+def wandb_without_an_account(tmp_path_factory, monkeypatch):
+    """No key, no offline mode, and wandb's folders outside the project and the user's home."""
+    home = tmp_path_factory.mktemp("wandb-home")
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DISABLED", "WANDB_SILENT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(home))  # no ~/.netrc with a key in it
+    for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(home / var.lower()))
+    yield
+    wandb = pytest.importorskip("wandb")
+    wandb.teardown()  # its service process, were one started, would outlive the test
+
+
+@pytest.mark.parametrize("case", [_marked(c) for c in CASES])
+def test_a_refusal_before_the_first_step_leaves_no_run(case, project, capsys, monkeypatch, restore_logging, request):
+    if case == "wandb_without_a_key":
+        pytest.importorskip("wandb")
+        request.getfixturevalue("wandb_without_an_account")
+    overrides, needles = CASES[case](project)
+    before = tree(project)
+    try:
+        proc = brisk_train([*_base(overrides), *overrides], project, capsys, monkeypatch)
+    except Exception as e:  # a bug's traceback: in this process Hydra lets the exception through
+        proc = subprocess.CompletedProcess(overrides, 1, "", f"Traceback: {e!r}")
+    assert proc.returncode != 0, "not refused"
+    assert not (project / RUNS).exists(), f"left behind: {sorted(tree(project / RUNS))}"
+    assert tree(project) == before, "a refused run wrote, removed or changed files"
+    if case not in NOT_YET_ONE_LINE:
+        assert_user_error(proc, *needles)
+        return
+    try:
+        assert_user_error(proc, *needles)
+    except AssertionError:
+        pytest.xfail("its directory is removed; its refusal in one line is still to come")
+    pytest.fail(f"{case} is refused in one line now: take it out of NOT_YET_ONE_LINE ({proc.stderr.strip()[-300:]})")
+
+
+def test_a_run_refused_after_its_first_step_keeps_its_directory(project, capsys, monkeypatch, restore_logging):
+    """The other side of the line: a run that has stepped is refused later (the divergence guard, at the first
+    NaN loss it sees) and keeps its directory, with its record, for the user to look into."""
+    proc = brisk_train([*BASE, "optimizer.lr=1e30"], project, capsys, monkeypatch)
+    assert_user_error(proc, "training diverged")
+    (run,) = (project / RUNS).iterdir()
+    assert (run / ".hydra" / "config.yaml").is_file()
+    assert (run / "train.log").is_file()
