@@ -9,8 +9,10 @@ import torch
 from brisk.data import cifar_files as cf
 from brisk.data import synthetic as syn
 from brisk.data.base import TensorDataModule
-from brisk.errors import BriskError
+from brisk.errors import BriskError, check
 from brisk.registry import DATASETS
+
+MULTIPLE = "a multiple of 5 in 5..10**8 (5 batch files)"
 
 
 class _CifarFormat(TensorDataModule):
@@ -76,6 +78,11 @@ class SyntheticDataModule(_CifarFormat):
     """
 
     def __init__(self, synthetic: dict, root: str = "data", **common) -> None:
+        get = dict(synthetic).get
+        # 5 batch files of equal size, as CIFAR-10's; 10**8 images is ~300 GB, far past any test
+        check("data.synthetic.n_train", get("n_train"), lambda v: 5 <= v <= 10**8 and v % 5 == 0, MULTIPLE, int)
+        check("data.synthetic.n_test", get("n_test"), lambda v: 1 <= v <= 10**8, "a whole number in 1..10**8", int)
+        check("data.synthetic.noise", get("noise", 0.25), lambda v: v >= 0, "a number >= 0")
         super().__init__(**common)
 
     @property

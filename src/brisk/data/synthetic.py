@@ -51,8 +51,6 @@ def write(root: str | Path, n_train: int, n_test: int, seed: int = 0, noise: flo
     if cf.is_present(root):
         return root
     cf.check_not_partial(root)
-    if n_train < 5 or n_train % 5:
-        raise ValueError(f"data.synthetic.n_train={n_train}: must be a positive multiple of 5 (5 batch files)")
     with cf.staging_dir(root) as tmp:
         folder = Path(tmp) / cf.FOLDER
         folder.mkdir()

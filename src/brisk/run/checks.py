@@ -42,17 +42,12 @@ VALUES = {
     "trainer.gradient_clip_val": (NUM, lambda v: v >= 0, ">= 0", (None,)),
     "trainer.limit_train_batches": (NUM, lambda v: v > 0, "> 0", (None,)),  # 0 batches would train nothing
     "trainer.limit_val_batches": (NUM, lambda v: v >= 0, ">= 0", (None,)),
-    "data.val_size": (NUM, lambda v: v >= 0, ">= 0", ()),  # a number of images or a share (image_folder: 0.1)
-    "data.split_seed": (INT, lambda v: v >= 0, ">= 0", ()),
     "data.skip_bad": (BOOL, None, "", ()),
     "data.max_pixels": MAX_PIXELS,  # image_folder's
     "data.augment.mixup_alpha": (NUM, lambda v: v > 0, "> 0", (None,)),  # Beta(alpha, alpha); null: off
     "data.augment.cutmix_alpha": (NUM, lambda v: v > 0, "> 0", (None,)),
     "data.balanced": (BOOL, None, "", ()),
     "data.resident": (BOOL, None, "", ()),
-    "data.synthetic.n_train": (INT, lambda v: 5 <= v <= 10**8 and v % 5 == 0, "a multiple of 5 in 5..10**8", ()),
-    "data.synthetic.n_test": (INT, lambda v: 1 <= v <= 10**8, "in 1..10**8", ()),
-    "data.synthetic.noise": (NUM, lambda v: v >= 0, ">= 0", ()),
     "model.net.whiten_init": (BOOL, None, "", ()),  # airbench's
     "model.net.dirac": (BOOL, None, "", ()),
     "model.net.frozen_bn_scale": (BOOL, None, "", ()),
