@@ -38,7 +38,8 @@ def _field_type(hint: Any) -> Any:
 
 def from_signature(name: str, fn: Any, skip: tuple[str, ...] = (), extra: dict[str, Any] | None = None) -> type:
     """A dataclass with one field per keyword argument of `fn` (less `skip`), typed and defaulted as `fn` says,
-    plus `extra` fields ({name: default}). An argument without a default is mandatory (??? until set)."""
+    plus `extra` fields ({name: default}). An argument without a default is mandatory (??? until set); one whose
+    default is an object YAML cannot write is left out, and keeps that default."""
     try:
         hints = typing.get_type_hints(fn)
     except Exception:  # a hint that names what this process has not imported: the field is Any
@@ -50,6 +51,8 @@ def from_signature(name: str, fn: Any, skip: tuple[str, ...] = (), extra: dict[s
         kind = _field_type(hints.get(p.name, Any))
         if p.default is p.empty:
             fields.append((p.name, kind, dataclasses.field(default="???")))
+        elif not isinstance(p.default, (*PRIMITIVES, list, dict, tuple, type(None))):
+            continue  # an object (a theme, a device): YAML cannot write one, the constructor keeps its own
         elif isinstance(p.default, (list, dict, tuple)):
             fields.append((p.name, Any, dataclasses.field(default_factory=lambda d=p.default: d)))
         else:
@@ -70,3 +73,9 @@ def store() -> None:
     # the optimizer and schedule have groups of their own, the class names come from the data (brisk.models.build)
     model = from_signature("Model", ImageClassifier.__init__, ("optimizer", "scheduler", "class_names"))
     store(group="schema", name="model", node=model)
+    # one per registered callback, each with its `type`: a lever's file starts from its schema (conf/callbacks/ema.yaml)
+    from brisk.registry import CALLBACKS
+
+    for name in CALLBACKS.names():
+        node = from_signature(f"Callback_{name}", CALLBACKS.get(name).__init__, extra={"type": name})
+        store(group="schema/callbacks", name=name, node=node)

@@ -149,8 +149,6 @@ def test_exp_decay_is_the_keras_recipe():
 
 # YAML entries that copy a library's default so that `key=value` needs no `+`: (file, what it builds, the keys).
 LIBRARY_DEFAULTS = [
-    ("callbacks/ema.yaml", "lightning.pytorch.callbacks.EMAWeightAveraging", ("ema.decay",)),
-    ("callbacks/swa.yaml", "lightning.pytorch.callbacks.StochasticWeightAveraging", ("swa.swa_epoch_start",)),
     ("tune/lr.yaml", "lightning.pytorch.tuner.Tuner.lr_find", ("min_lr", "max_lr", "num_training")),
     ("model/simple_cnn.yaml", "simple_cnn", ("net.dropout", "net.width")),
     ("model/resnet18.yaml", "resnet18", ("net.dropout",)),
@@ -170,6 +168,17 @@ def test_every_trainer_argument_is_a_key_with_lightnings_default(tmp_path):
     with pytest.raises(Exception) as error:
         compose_cfg(["trainer.max_epochs=ten"], tmp_path)
     assert explain(error.value).key == "trainer.max_epochs"
+
+
+@pytest.mark.parametrize("lever", ["ema", "swa"])
+def test_a_lever_callback_has_every_argument_with_its_classs_default(lever, tmp_path):
+    """brisk.schemas: a callback's file starts from its class's signature, so each argument is set without a `+`
+    and the default is the class's own, not a copy kept equal by a test."""
+    node = compose_cfg([f"callbacks={lever}"], tmp_path).callbacks[lever]
+    own = set(OmegaConf.load(Path(CONFIG_PATH) / f"callbacks/{lever}.yaml").get(lever) or {})
+    parameters = inspect.signature(CALLBACKS.get(lever).__init__).parameters
+    defaults = {k: p.default for k, p in parameters.items() if k in node and k not in own}
+    assert len(defaults) >= 3 and {k: node[k] for k in defaults} == defaults
 
 
 @pytest.mark.parametrize("file, target, keys", LIBRARY_DEFAULTS, ids=[f for f, _, _ in LIBRARY_DEFAULTS])
