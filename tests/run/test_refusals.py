@@ -31,6 +31,11 @@ CASES = {
     "classifier_range": (["model.label_smoothing=1.0"], "model.label_smoothing"),
     "synthetic_set_size": (["data.synthetic.n_train=7"], "data.synthetic.n_train"),
     "val_size_negative": (["data.val_size=-1"], "data.val_size"),
+    "target_above_one": (["target_acc=94"], "target_acc"),
+    "step_checkpoints_negative": (
+        ["callbacks.last_checkpoint.every_n_train_steps=-1"],
+        "callbacks.last_checkpoint.every_n_train_steps",
+    ),
     "classifier_nan": (["model.weight_decay=nan"], "model.weight_decay"),
     "optimizer_decay_belongs_to_the_model": (["+optimizer.weight_decay=0.1"], "optimizer.weight_decay"),
     "range_without_a_search": (["-m", "optimizer.lr=interval(0.01,0.1)"], "optimizer.lr"),

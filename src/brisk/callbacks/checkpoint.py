@@ -12,14 +12,16 @@ from __future__ import annotations
 from lightning.pytorch import callbacks
 
 from brisk import compat
+from brisk.errors import check
 from brisk.registry import CALLBACKS
 
 
 @CALLBACKS.register("last_checkpoint")
 class LastCheckpoint(callbacks.ModelCheckpoint):
     def __init__(self, *args, every_n_train_steps: int | None = None, **kwargs) -> None:
-        if every_n_train_steps is not None and every_n_train_steps < 0:
-            raise ValueError(f"every_n_train_steps={every_n_train_steps} must be >= 0")
+        if every_n_train_steps is not None:  # null or 0: at epoch ends only
+            key = "callbacks.last_checkpoint.every_n_train_steps"
+            check(key, every_n_train_steps, lambda v: v >= 0, "a whole number >= 0 (or null)", int)
         self.step_interval = every_n_train_steps or 0
         # Lightning's own triggers within an epoch, as given: without one its per-step hook only runs checks.
         self.lightning_steps = kwargs.get("train_time_interval") is not None

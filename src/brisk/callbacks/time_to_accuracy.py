@@ -20,6 +20,7 @@ import time
 import lightning as L
 
 from brisk.callbacks.speed_meter import SpeedMeter, sync
+from brisk.errors import check
 
 COMPILE_REFERENCE_STEPS = 10  # steps after the first whose median is a compiled step's cost
 
@@ -31,6 +32,7 @@ def first_reached(history: list[dict], target: float) -> dict | None:
 
 class TimeToAccuracy(L.Callback):
     def __init__(self, target: float) -> None:
+        check("target_acc", target, lambda v: 0 < v <= 1, "a number in (0, 1], a share of the images, e.g. 0.94")
         self.target = target
         self.history: list[dict] = []
         self.test: dict | None = None

@@ -33,7 +33,6 @@ MAX_PIXELS = (INT, lambda v: 1 <= v <= PILLOW_PIXELS, f"in 1..{PILLOW_PIXELS}", 
 # key: (kind, test, what the test asks, other values allowed). A key absent from the config (another
 # model, another dataset) is skipped.
 VALUES = {
-    "target_acc": (NUM, lambda v: 0 < v <= 1, "in (0, 1] (a share of the images, e.g. 0.94)", (None,)),
     "seed": (INT, lambda v: 0 <= v < 2**32, "in 0..2**32-1", ()),  # the range Lightning's seed_everything takes
     "trainer.max_epochs": (INT, lambda v: v >= 1, ">= 1", (-1, None)),  # 0 would test an untrained net, exit 0
     "trainer.max_steps": (INT, lambda v: v >= 1, ">= 1", (-1, None)),
@@ -54,7 +53,6 @@ VALUES = {
     "model.net.width": (INT, lambda v: v >= 1, ">= 1", ()),
     "optimizer.momentum": (NUM, lambda v: 0 <= v <= 1, "in [0, 1]", ()),
     "scheduler.pct_start": (NUM, lambda v: 0 < v < 1, "in (0, 1)", ()),
-    "callbacks.last_checkpoint.every_n_train_steps": (INT, lambda v: v >= 0, ">= 0", (None,)),
 }
 # The counts and sizes the other entry points add, under the same rules; each checks VALUES and its own table
 # first thing, before a checkpoint is read. A 0 there fails only at the end, deep in a library: a DataLoader,
