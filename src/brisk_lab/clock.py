@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
 
 from brisk import CALLBACKS, BriskError, sync
 from brisk_lab.memory import PeakMemory
@@ -93,8 +95,25 @@ class Window:
         }
 
 
+@CALLBACKS.register("lab_fit")
+class LabFit(L.Callback):
+    """Marks a fit as the lab's. A stop signal (SIGTERM, Ctrl-C) then says that a bench is run again, not resumed:
+    brisk's SigtermCheckpoint reads `interrupted_hint` from the Trainer's callbacks instead of telling the user to
+    resume the fit from its checkpoint, which is in a scratch folder that is gone by then. The lab's fits carry it
+    through their StepClock (a LabFit), or as `lab_fit` where there is no clock (the speedrun's fits)."""
+
+    def __init__(self) -> None:
+        # Read where the Trainer is built: brisk-bench's own run folder, which holds what it measured so far.
+        where = Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
+        finished = f"bench.json and bench.md in {where}" if where else "bench.json and bench.md in its run folder"
+        self.interrupted_hint = (
+            f"A bench is not resumed: {finished} hold the parts it finished, if any; run "
+            "brisk-bench again, with bench.run=[...] naming the parts it had left."
+        )
+
+
 @CALLBACKS.register("lab_clock")
-class StepClock(L.Callback):
+class StepClock(LabFit):
     """A Window over a Lightning fit. It stops the fit when the window is full, so the lab never
     changes the config it measures (limit_train_batches stays free for the data-scale lever).
 
@@ -102,6 +121,7 @@ class StepClock(L.Callback):
     """
 
     def __init__(self, warmup: int = 2, steps: int = 5, count_calls: bool = False) -> None:
+        super().__init__()
         self.warmup, self.steps, self.count_calls = warmup, steps, count_calls
         self.result: dict[str, float] = {}
 

@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,7 +19,7 @@ from brisk.data import augment as aug
 from brisk.data import kornia_augment
 from brisk.errors import BriskError
 from brisk.run import checks
-from helpers import TINY, compose_cfg, main_in_process
+from helpers import TINY, compose_cfg, main_in_process, write
 
 
 def _images(n=64):
@@ -202,6 +203,22 @@ def test_show_augment_writes_a_grid_and_trains_nothing(project, capsys):
     assert grid.shape == (3, 822, 822)  # 8 rows (4 before, 4 after) of 8 images, each enlarged to 96 px + padding
     assert not (run_dir / "checkpoints").exists() and not (run_dir / "summary.json").exists()
     assert main_in_process("train", [*TINY, "+show=nothing", f"hydra.run.dir={project / 'no'}"], project) == 2
+
+    # An image folder lists its classes one after another: 40 red images, then 40 green, then 40 blue. The grid's
+    # originals (rows 0, 2, 4, 6) take the classes in turn, not the first 32 images, which are all red.
+    colors = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
+    for c, color in enumerate(colors):
+        for i in range(40):
+            write(project / "pngs" / "train" / f"class{c}" / f"{i:02d}.png", np.full((32, 32, 3), color, np.uint8))
+    run_dir = project / "show_folder"
+    folder = [o for o in TINY if not o.startswith("data")] + ["data=image_folder", f"data.root={project / 'pngs'}"]
+    assert (
+        main_in_process("train", [*folder, "augment=none", "+show=augment", f"hydra.run.dir={run_dir}"], project) == 0
+    )
+    grid = torchvision.io.read_image(str(run_dir / "augment.png"))
+    pitch = 96 + 6  # each 32-px image enlarged 3x, 6 px apart
+    centres = [tuple(grid[:, 6 + r * pitch + 48, 6 + c * pitch + 48].tolist()) for r in (0, 2, 4, 6) for c in range(8)]
+    assert centres[:3] == colors and [centres.count(color) for color in colors] == [11, 11, 10]
 
 
 def test_adding_an_augmentation_as_the_readme_says(tmp_path, monkeypatch, project):

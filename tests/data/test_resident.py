@@ -29,7 +29,7 @@ def _loader(epoch=0, rank=0, world=1, phase=None):
     )
 
 
-def test_resident_batches_are_those_of_the_host_loader(brisk_root):
+def test_resident_batches_are_those_of_the_host_loader(brisk_root, caplog):
     modules = []
     for on_device in (False, True):
         cfg = compose_cfg([*TINY, "data.augment.flip=alternate", f"data.resident={on_device}"], brisk_root)
@@ -38,14 +38,23 @@ def test_resident_batches_are_those_of_the_host_loader(brisk_root):
         datamodule.setup("fit")
         modules.append(datamodule)
     host, resident = modules
-    assert resident.placed("train")[1] is None  # a compact copy: the split's own images, no row table
-    for split in ("train", "val"):
-        loaders = [getattr(m, f"{split}_dataloader")() for m in (host, resident)]
-        pairs = list(zip(*loaders, strict=True))
-        assert len(pairs) == len(loaders[0]) > 0
-        for a, b in pairs:
-            assert len(a) == len(b) == (3 if split == "train" else 2)  # train batches carry their flips
-            assert all(torch.equal(u, v) for u, v in zip(a, b, strict=True))
+    with caplog.at_level(logging.INFO, logger="brisk"):
+        assert resident.placed("train")[1] is None  # a compact copy: the split's own images, no row table
+        for split in ("train", "val"):
+            loaders = [getattr(m, f"{split}_dataloader")() for m in (host, resident)]
+            pairs = list(zip(*loaders, strict=True))
+            assert len(pairs) == len(loaders[0]) > 0
+            for a, b in pairs:
+                assert len(a) == len(b) == (3 if split == "train" else 2)  # train batches carry their flips
+                assert all(torch.equal(u, v) for u, v in zip(a, b, strict=True))
+    # Where each split lives and its size, said once though the train split was asked for twice; the host run
+    # says nothing of the kind.
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("data.resident:")]
+    sizes = {s: len(host.splits[s].rows) * 3 * 32 * 32 / 2**20 for s in ("train", "val")}
+    assert said == [
+        f"data.resident: the {s} split ({len(host.splits[s].rows)} images, {sizes[s]:.1f} MiB) is on cpu"
+        for s in ("train", "val")
+    ]
 
 
 def test_each_image_once_an_epoch_in_disjoint_shards_with_its_flip():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -211,6 +212,28 @@ def test_lab_fits_carry_no_checkpoint_callback(brisk_root, tmp_path):
     trainer, _, _ = build(compose_bench([*TINY, f"paths.output_dir={tmp_path}"], brisk_root))
     assert trainer.checkpoint_callback is None
     assert not [c for c in trainer.callbacks if isinstance(c, L.pytorch.callbacks.ModelCheckpoint)]
+
+
+@pytest.mark.parametrize("fit", ["clocked", "speedrun"])
+def test_a_stopped_lab_fit_says_the_bench_is_run_again_not_resumed(fit, brisk_root, capsys):
+    """SIGTERM in one of the lab's fits (the clocked ones, and the speedrun's, which have no clock): the line says
+    what is true for a bench, not brisk-train's `ckpt_path=last`, whose checkpoint is in a scratch folder."""
+    import signal_at  # noqa: F401  registers sigterm_at: the fit sends itself SIGTERM after its second batch
+
+    at = ["+callbacks.stop.type=sigterm_at", "+callbacks.stop.hook=train_batch_end", "+callbacks.stop.batch=1"]
+    with pytest.raises(SystemExit) as stopped:
+        if fit == "clocked":
+            measure_fit(compose_bench([*TINY, *at], brisk_root), warmup=1, steps=10)
+        else:
+            speedrun.run_fit(speedrun_bench(brisk_root, [*at, "target_acc=0.99"]), DataCache())
+    assert stopped.value.code == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert (
+        "brisk: interrupted by SIGTERM at global step 2 (epoch 0). A bench is not resumed: bench.json and bench.md in "
+        "its run folder hold the parts it finished, if any; run brisk-bench again, with "
+        "bench.run=[...] naming the parts it had left." in err
+    ), err[-3000:]
+    assert "ckpt_path=last" not in err
 
 
 def test_speedrun_part_tables_every_row_and_keeps_the_unreached(brisk_root):

@@ -86,6 +86,25 @@ def test_ctrl_c_saves_a_checkpoint_prints_the_hint_and_exits_130(project):
     assert f"Resume with the same overrides plus ckpt_path=last hydra.run.dir={run_dir}" in proc.stderr
     assert saved_step(run_dir) == 3
 
+    # The same Ctrl-C in a trial of an Optuna search: the search, not the trial's run, is what resumes, and only
+    # by running the search again (tests/search/test_search.py resumes one), so that is what the line says.
+    url = f"sqlite:///{project / 'optuna.db'}"
+    search = ["-m", "hparams_search=optuna", "hydra.sweeper.params=null", "optimizer.lr=choice(0.05)"]
+    proc = run_cli(
+        "train",
+        [*search, f"hydra.sweeper.storage={url}", *ARGS, *signal_at(2, signal.SIGINT, sent)],
+        project,
+        check=False,
+        env=env_with_tests(),
+    )
+    assert proc.returncode == 128 + signal.SIGINT, proc.stderr[-3000:]
+    assert (
+        "brisk: interrupted by SIGINT at global step 3 (epoch 0). This was trial 0 of the search (study brisk in "
+        f"{url}): resume the search by running the same command; its finished trials are kept and trial 0's "
+        "parameters are tried again from the start." in proc.stderr
+    ), proc.stderr[-3000:]
+    assert "ckpt_path=last" not in proc.stderr
+
 
 @pytest.mark.slow  # two real SLURM-like tasks of a DDP job (~30 s on 2 cores each)
 @pytest.mark.parametrize(

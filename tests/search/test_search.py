@@ -94,6 +94,15 @@ def test_killed_search_resumes_without_rerunning_finished_trials(project):
     sweep = sweep_dir_of(proc)
     ran = sorted(int(p.name) for p in sweep.iterdir() if p.is_dir())
     assert ran == sorted(t.number for t in after if t.number not in done and t.state == TrialState.COMPLETE)
+    # The resumed search wrote a new sweep folder, and its comparison still holds every finished trial of the study:
+    # those that finished before the kill are found in the killed search's folder, by the run folder each trial
+    # records in the study.
+    earlier = {n: Path(after[n].user_attrs["brisk_run_dir"]) for n in done}
+    assert all(d.is_dir() and d.parent != sweep for d in earlier.values())
+    compared = (sweep / "comparison.md").read_text()
+    assert compared.startswith(f"# 3 runs in {sweep}, {len(done)} of them in earlier sweep folders of the study")
+    assert all(f"| ../{d.parent.name}/{n} |" in compared for n, d in earlier.items()), compared
+    assert (sweep / "comparison.csv").read_text().count("\n") == 1 + 3
 
     results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     best = max((t for t in after if t.state == TrialState.COMPLETE), key=lambda t: t.value)

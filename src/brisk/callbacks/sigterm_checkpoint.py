@@ -30,6 +30,13 @@ until SLURM ends the job. A single process keeps Lightning's handler, which is s
 Before a stage's first hook (fit's data setup, a checkpoint being restored) Ctrl-C stays Lightning's
 KeyboardInterrupt, so a slow setup stops at once: the loop has no state to checkpoint yet, and brisk.cli turns
 Lightning's exit 1 into "interrupted" and 130.
+
+What the user does next depends on the command, not on this callback: brisk-train resumes the run from the
+checkpoint (`ckpt_path=last`), but a search resumes by running the search again (the interrupted trial is asked
+anew), and the speed lab is run again, not resumed. A command whose fit is not resumed from its checkpoint says
+so through a callback of its own in the same Trainer: one with an `interrupted_hint` string (brisk.search.report's
+TrialReport, the lab's clock). It is read from the Trainer that stops, so it holds wherever that Trainer was built.
+The checkpoint is still saved on every rank alike (the save is collective under DDP); only the line differs.
 """
 
 from __future__ import annotations
@@ -68,6 +75,16 @@ def checkpoint_path(trainer: L.Trainer) -> Path:
         if isinstance(cb, ModelCheckpoint) and cb.monitor is None and cb.dirpath:
             return Path(cb.format_checkpoint_name({"epoch": trainer.current_epoch, "step": trainer.global_step}))
     return paths.last(trainer.default_root_dir)
+
+
+def interrupted_hint(trainer: L.Trainer) -> str | None:
+    """What the command running this fit tells its user after a stop signal instead of brisk-train's resume line,
+    or None: the first `interrupted_hint` string among the Trainer's callbacks."""
+    for cb in trainer.callbacks:
+        hint = getattr(cb, "interrupted_hint", None)
+        if isinstance(hint, str) and hint:
+            return hint
+    return None
 
 
 def _distributed(trainer: L.Trainer) -> bool:
@@ -197,28 +214,35 @@ class SigtermCheckpoint(L.Callback):
             return
         name = signal.Signals(self.signum or signal.SIGTERM).name
         exception.code = 128 + (self.signum or signal.SIGTERM)
+        hint = interrupted_hint(trainer)  # None: brisk-train's own run, resumed from the checkpoint saved here
         fitting = trainer.state.fn == TrainerFn.FITTING and not (trainer.sanity_checking or trainer.validating)
         if not fitting:
             # Mid-validation the metrics of the epoch are half-accumulated and not checkpointable; the
             # previous checkpoint stays the resume point, so the resumed run still repeats this one exactly.
+            what = "during validation or testing"
             self._say(
-                trainer, name, "during validation or testing; no checkpoint written, the last one is the resume point"
+                trainer,
+                name,
+                what if hint else f"{what}; no checkpoint written, the last one is the resume point",
+                hint,
             )
             return
         path = checkpoint_path(trainer)
         try:
             trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from
         except BriskError as e:  # e.g. the divergence guard refused to save NaN weights
-            self._say(trainer, name, f"and could not save a checkpoint: {e}")
+            self._say(trainer, name, f"and could not save a checkpoint: {e}", hint)
             return
-        where = f"at global step {trainer.global_step} (epoch {trainer.current_epoch}); saved {path}"
-        if paths.is_hpc(path):
-            self._say(trainer, name, where, "A requeued SLURM job resumes from it by itself.")
+        where = f"at global step {trainer.global_step} (epoch {trainer.current_epoch})"
+        if hint:  # saved all the same (the save is collective, and a rank may have no hint), but not resumed from
+            self._say(trainer, name, where, hint)
+        elif paths.is_hpc(path):
+            self._say(trainer, name, f"{where}; saved {path}", "A requeued SLURM job resumes from it by itself.")
         else:
-            self._say(trainer, name, where)
+            self._say(trainer, name, f"{where}; saved {path}")
 
     @staticmethod
-    def _say(trainer: L.Trainer, name: str, what: str, resume: str = "") -> None:
+    def _say(trainer: L.Trainer, name: str, what: str, resume: str | None = None) -> None:
         resume = resume or (
             f"Resume with the same overrides plus ckpt_path=last hydra.run.dir={trainer.default_root_dir}"
         )

@@ -1,7 +1,9 @@
 """brisk-train ... +show=augment: a grid of training images before and after the run's augmentation, written to
 augment.png in the run directory; then the run ends without training.
 
-The images are the first of the train split, augmented as a training batch is (brisk.data.augment, seeded by the
+The images are the first of each class of the train split in turn (the first image of every class, then the
+second, ...: an image folder lists its classes one after another, so its first 32 images are often of one class),
+augmented as a training batch is (brisk.data.augment, seeded by the
 run's seed), on the CPU. Mixup and cutmix mix normalized batches and their labels after this step: not drawn.
 """
 
@@ -35,9 +37,10 @@ def show(cfg: DictConfig) -> Path:
     datamodule.prepare_data()
     datamodule.setup("fit")
     preflight.augment_sizes(cfg, datamodule.image_size)
-    images, rows, _ = datamodule.splits["train"]
+    images, rows, labels = datamodule.splits["train"]
     columns = min(COLUMNS, len(rows))
-    before = images.index_select(0, rows[: min(ROWS * columns, len(rows)) // columns * columns])
+    shown = across_classes(labels)[: min(ROWS * columns, len(rows)) // columns * columns]
+    before = images.index_select(0, rows[shown])
     after = datamodule.augmentation.per_image(before)
     pairs = torch.stack([t.view(-1, columns, *t.shape[1:]) for t in (before, after)], 1)  # rows, 2, columns, ...
     grid = pairs.flatten(0, 2).float().div_(255)
@@ -45,7 +48,22 @@ def show(cfg: DictConfig) -> Path:
     grid = grid.repeat_interleave(factor, -1).repeat_interleave(factor, -2)
     path = Path(HydraConfig.get().runtime.output_dir) / "augment.png"
     save_image(grid, path, nrow=columns, padding=2 * factor, pad_value=1.0)
-    print(f"augment: {len(before)} training images, each row followed by the same images augmented", file=sys.stderr)
+    classes = len(labels[shown].unique())
+    print(
+        f"augment: {len(before)} training images of {classes} classes, each row followed by the same images augmented",
+        file=sys.stderr,
+    )
     print(path, flush=True)
     print(path.parent, flush=True)  # the last line, as for every run
     return path
+
+
+def across_classes(labels: torch.Tensor) -> torch.Tensor:
+    """Positions of the split's entries in turn by class: each class's first entry (classes in order), then each
+    one's second, and so on; within a class, in the split's order."""
+    order = torch.argsort(labels, stable=True)  # grouped by class, each group in the split's order
+    grouped = labels[order]
+    counts = torch.bincount(grouped)
+    starts = torch.cumsum(counts, 0) - counts
+    within = torch.arange(len(order)) - starts[grouped]  # the entry's place in its class
+    return order[torch.argsort(within * len(counts) + grouped, stable=True)]

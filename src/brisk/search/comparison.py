@@ -91,15 +91,29 @@ def _finite(value: float) -> bool:
         return False
 
 
-def gather(folder: Path) -> list[dict[str, Any]]:
-    """One row per readable summary.json below `folder`: `run` (its folder, relative), `overrides`, and its
-    flattened numbers. Each summary is read by brisk.utils.run_files: a FIFO, a link to /dev/zero, a file too large
-    or nested too deep is skipped with a warning, as a damaged one is."""
+def _summaries(folder: Path, runs: list[Path] | None) -> list[Path]:
+    """Every summary.json below `folder`, or those of `runs` in their order (a search's trials, some of them in
+    earlier sweep folders); a run folder that is gone (moved, or on another machine) is left out in one line."""
+    if runs is None:
+        return sorted(folder.rglob("summary.json"), key=_natural)
+    found = []
+    for run in runs:
+        if os.path.lexists(run / "summary.json"):
+            found.append(run / "summary.json")
+        elif not run.is_dir():
+            log.warning("%s: not found here, so it is left out of the comparison", printable(str(run)))
+    return found
+
+
+def gather(folder: Path, runs: list[Path] | None = None) -> list[dict[str, Any]]:
+    """One row per readable summary.json below `folder` (or in the folders `runs`): `run` (its folder, relative to
+    `folder`), `overrides`, and its flattened numbers. Each summary is read by brisk.utils.run_files: a FIFO, a link
+    to /dev/zero, a file too large or nested too deep is skipped with a warning, as a damaged one is."""
     folder = Path(folder)
     if not folder.is_dir():
         raise BriskError(f"{folder}: no such folder. Give the folder that holds the runs, e.g. logs/train/runs.")
     rows = []
-    for path in sorted(folder.rglob("summary.json"), key=_natural):
+    for path in _summaries(folder, runs):
         try:
             summary = run_files.load_json(path)
             if not isinstance(summary, dict):
@@ -109,7 +123,12 @@ def gather(folder: Path) -> list[dict[str, Any]]:
             reason = str(e).removeprefix(f"{path}: ")
             log.warning("%s: skipped, not a readable summary (%s)", printable(str(path)), printable(reason))
             continue
-        run = path.parent.relative_to(folder).as_posix()
+        try:
+            run = path.parent.relative_to(folder).as_posix()
+        except (
+            ValueError
+        ):  # a run given by its absolute path: this sweep's, or ../<earlier sweep>/3 of a resumed search
+            run = Path(os.path.relpath(path.parent, folder)).as_posix()
         name = run if run != "." else path.parent.name  # the folder is itself a run
         numbers = _numbers_only(flatten(summary), name)
         rows.append({**numbers, "run": name, "overrides": _overrides(path.parent, summary)})
@@ -131,16 +150,19 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str], 
     return rows, list(swept), shown, [*shown, *rest]
 
 
-def write(folder: Path) -> list[Path]:
-    """Write the three files into `folder`; returns their paths (the plot's only if it was drawn)."""
+def write(folder: Path, runs: list[Path] | None = None) -> list[Path]:
+    """Write the three files into `folder`, comparing the runs below it or those of `runs`; returns their paths (the
+    plot's only if it was drawn)."""
     folder = Path(folder)
-    rows, swept, shown, fields = table(gather(folder))
+    rows, swept, shown, fields = table(gather(folder, runs))
     csv_path, md_path, png_path = (folder / n for n in NAMES)
     numeric = [f for f in shown if all(isinstance(r.get(f), int | float) for r in rows if f in r)]
     try:
         write_text(csv_path, csv_text(rows, fields))
         runs = f"{len(rows)} run{'s' if len(rows) > 1 else ''}"
-        head = f"# {runs} in {folder}\n\nEvery number of each summary.json: {csv_path.name}.\n\n"
+        elsewhere = sum(r["run"].startswith("../") for r in rows)
+        where = f"{folder}, {elsewhere} of them in earlier sweep folders of the study" if elsewhere else f"{folder}"
+        head = f"# {runs} in {where}\n\nEvery number of each summary.json: {csv_path.name}.\n\n"
         write_text(md_path, head + markdown(rows, shown, numeric))
     except OSError as e:
         raise BriskError(
@@ -197,8 +219,8 @@ def plot(rows: list[dict[str, Any]], swept: list[str], path: Path) -> bool:
     return True
 
 
-def publish(folder: Path) -> None:
+def publish(folder: Path, runs: list[Path] | None = None) -> None:
     """Write the comparison and print where, with the folder as the last line (brisk-compare, a sweep's end)."""
-    for path in write(folder):
+    for path in write(folder, runs):
         print(path, flush=True)
     print(Path(folder), flush=True)

@@ -64,12 +64,14 @@ def search(sweeper, arguments: list[str]) -> list[Any]:
         waiting = False
         with trials.claimed(storage, study, batch):
             for trial, ret in _launch(sweeper, trial_space, batch):
+                trials.record_run(trial, ret)
                 state = _tell(study, trial.number, ret)
                 returns.append(ret)
                 failures += state == TrialState.FAIL
         if failures >= settings.max_failures:
             results.write(study, trial_space, config, url)
-            conclude(sweep_dir, exit_on_failure=False)  # the runs that finished, compared; the sweep folder
+            # the runs that finished, compared (the earlier sweep folders' too); the sweep folder
+            conclude(sweep_dir, exit_on_failure=False, runs=results.run_dirs(sweep_dir))
             raise BriskError(
                 f"the search stopped: {failures} trials failed (hydra.sweeper.max_failures={settings.max_failures}). "
                 f"Their errors are in {sweep_dir / 'sweep_summary.csv'}; fix the cause or raise the cap, then run the "

@@ -31,6 +31,7 @@ class Trial:
     storage: str
     study_name: str
     pruner: Any
+    storage_given: bool = True  # False: hydra.sweeper.storage was null, so the study is in this sweep's folder
 
     @staticmethod
     def current() -> Trial | None:
@@ -43,7 +44,20 @@ class Trial:
         from brisk.search.storage import url_of
 
         url = url_of(hc.sweeper.storage, hc.sweep.dir)
-        return Trial(hc.job.num, url, hc.sweeper.study_name, plain(hc.sweeper.pruner))
+        return Trial(hc.job.num, url, hc.sweeper.study_name, plain(hc.sweeper.pruner), hc.sweeper.storage is not None)
+
+    def resume_line(self) -> str:
+        """What to do after a stop signal in this trial: run the search again, which reopens the study, keeps its
+        finished trials and asks this one again (brisk.search.loop); its checkpoint is not resumed from. Without
+        hydra.sweeper.storage the same command would start a new study in a new sweep folder, so the line names it."""
+        again = (
+            "the same command" if self.storage_given else f"the same command plus hydra.sweeper.storage={self.storage}"
+        )
+        return (
+            f"This was trial {self.number} of the search (study {self.study_name} in {self.storage}): resume the "
+            f"search by running {again}; its finished trials are kept and trial {self.number}'s parameters are tried "
+            "again from the start."
+        )
 
     def report(self, value: float, step: int) -> bool:
         """Record `value` at `step` in the study; True if the pruner says stop."""
@@ -69,6 +83,11 @@ class TrialReport(L.Callback):
         self.monitor = monitor
         # Read here, in the process that builds the Trainer: ddp_spawn's workers have no Hydra config.
         self.trial = Trial.current()
+
+    @property
+    def interrupted_hint(self) -> str | None:
+        """Said after a stop signal instead of brisk-train's resume line (brisk.callbacks.sigterm_checkpoint)."""
+        return self.trial.resume_line() if self.trial is not None else None
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:

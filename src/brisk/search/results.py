@@ -1,5 +1,6 @@
 """What a search leaves in its sweep directory: optimization_results.yaml, optimization_plot.png, and the
-best trial printed as a ready-to-paste override line. All of them cover the whole study, resumes included.
+best trial printed as a ready-to-paste override line. All of them cover the whole study, resumes included; so does
+the runs' comparison (brisk.search.sweep), which finds each trial's run folder in optimization_results.yaml.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from brisk.search.trials import RUN_DIR
 from brisk.utils.files import published, write_text
 
 log = logging.getLogger("brisk")
@@ -31,7 +33,14 @@ def write(study, trial_space, config: DictConfig, url: str) -> None:
         "counts": dict(Counter(t.state.name for t in trials)),
         "best": None,
         "trials": [
-            {"number": t.number, "state": t.state.name, "value": t.value, "params": dict(t.params)} for t in trials
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "value": t.value,
+                "params": dict(t.params),
+                "run_dir": t.user_attrs.get(RUN_DIR),  # None: not launched, or launched before brisk recorded it
+            }
+            for t in trials
         ],
     }
     if best is not None:
@@ -47,6 +56,17 @@ def write(study, trial_space, config: DictConfig, url: str) -> None:
         print(f"best trial {best.number}: {summary['metric']}={best.value:.6g}. Its overrides:", flush=True)
         print(summary["best"]["overrides"], flush=True)
     # The sweep directory is printed last by the sweep's end (brisk.search.sweep.conclude), after the comparison.
+
+
+def run_dirs(sweep_dir: Path) -> list[Path] | None:
+    """The run folders of every trial of the study, in trial order, as optimization_results.yaml records them (this
+    sweep folder's, and those of the earlier searches a resumed study ran). None where it records none (the file is
+    missing, or the study was made before brisk recorded run folders): then the sweep folder's own runs are compared."""
+    path = Path(sweep_dir) / "optimization_results.yaml"
+    if not path.is_file():
+        return None
+    listed = OmegaConf.to_container(OmegaConf.load(path)).get("trials") or []
+    return [Path(t["run_dir"]) for t in listed if t.get("run_dir")] or None
 
 
 def importances(study) -> dict[str, float]:

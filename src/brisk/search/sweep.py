@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from brisk import compat
 from brisk.errors import BriskError
-from brisk.search import comparison, sweep_plot
+from brisk.search import comparison, results, sweep_plot
 from brisk.search.report import SWEEPER
 from brisk.utils.files import write_text
 from brisk.utils.ranks import first_process
@@ -70,15 +70,17 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if first_process():
-            conclude(Path(config.hydra.sweep.dir), exit_on_failure=not _searched(config))
+            sweep_dir, searched = Path(config.hydra.sweep.dir), _searched(config)
+            # A search compares every trial of its study: a resumed one's earlier trials ran in earlier sweep folders.
+            conclude(sweep_dir, exit_on_failure=not searched, runs=results.run_dirs(sweep_dir) if searched else None)
 
 
-def conclude(sweep_dir: Path, exit_on_failure: bool = True) -> None:
-    """The end of a sweep: its runs' comparison, the sweep folder printed last; then, if jobs failed, one line on
-    stderr naming them and their folders, and exit status 1. Hydra turns what a callback raises into a warning, so
-    this prints and exits itself."""
+def conclude(sweep_dir: Path, exit_on_failure: bool = True, runs: list[Path] | None = None) -> None:
+    """The end of a sweep: its runs' comparison (`runs`, else every run below the sweep folder), the sweep folder
+    printed last; then, if jobs failed, one line on stderr naming them and their folders, and exit status 1. Hydra
+    turns what a callback raises into a warning, so this prints and exits itself."""
     try:
-        comparison.publish(sweep_dir)
+        comparison.publish(sweep_dir, runs)
     except BriskError as e:  # no job finished: nothing to compare
         print(f"brisk: no comparison: {e}", file=sys.stderr, flush=True)
         print(sweep_dir, flush=True)

@@ -22,6 +22,9 @@ log = logging.getLogger("brisk")
 # Trial user attributes brisk sets: which sweeper process asked the trial, and which trial a retry repeats.
 OWNER = "brisk_sweeper"
 RETRY_OF = "brisk_retry_of"
+# Where the trial's run wrote its files (summary.json): a resumed search writes a new sweep folder, and its
+# comparison finds the earlier folders' runs from here.
+RUN_DIR = "brisk_run_dir"
 # A beat every INTERVAL s; a search missing for GRACE s is taken for dead. The sweeper's own storage writes
 # can wait up to 60 s for a busy SQLite file, hence the margin.
 INTERVAL, GRACE = 10, 120
@@ -145,6 +148,19 @@ def recover(study) -> list:
             continue
         retry(study, trial)
     return [t for t in listed if t.number not in taken]
+
+
+def record_run(trial, ret) -> None:
+    """Note in the study where the trial's job wrote its run (RUN_DIR), before its end is told. A trial whose
+    overrides did not compose (`ret` an exception) has no folder."""
+    import optuna
+
+    hydra_cfg = getattr(ret, "hydra_cfg", None)
+    if hydra_cfg is None:
+        return
+    # A trial another search took for abandoned has been failed: nothing to note then.
+    with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+        trial.set_user_attr(RUN_DIR, str(hydra_cfg.hydra.runtime.output_dir))
 
 
 def finished(listed: list) -> int:
