@@ -8,9 +8,9 @@ CONFIG_PATH = str(Path(__file__).resolve().parent)
 
 
 def _store_schemas() -> None:
-    # Every config brisk composes starts from these (brisk.schemas): stored before any entry point, test or lab
+    # Every config brisk composes starts from these (brisk.run.schemas): stored before any entry point, test or lab
     # composes one, since each reaches the configs through CONFIG_PATH.
-    from brisk.schemas import store
+    from brisk.run.schemas import store
 
     store()
 

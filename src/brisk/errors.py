@@ -35,7 +35,7 @@ class BuildError(Exception):
 
 def check(key: str, value: object, test, wanted: str, kind: type | tuple = (int, float)) -> None:
     """A range, where the value is used: refuse `value` of `key` unless it is a finite `kind` (not a bool) that
-    passes `test`. The schemas (brisk.schemas) check types as the config is composed; this also guards a caller
+    passes `test`. The schemas (brisk.run.schemas) check types as the config is composed; this also guards a caller
     from Python, and a number that is NaN or infinite, which OmegaConf takes as a float."""
     number = isinstance(value, kind) and not isinstance(value, bool)
     if not (number and math.isfinite(value) and test(value)):

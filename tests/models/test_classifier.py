@@ -77,7 +77,7 @@ def test_a_python_user_gets_the_cli_defaults(brisk_root):
 
 
 def test_every_classifier_argument_is_a_model_key_with_its_default(brisk_root):
-    """brisk.schemas: each ImageClassifier knob is a model key without a `+`, its default the signature's own, not a
+    """brisk.run.schemas: each ImageClassifier knob is a model key without a `+`, its default the signature's own, not a
     copy in YAML; a value of the wrong type is refused while composing, naming the key."""
     model = compose_cfg(["model.l1=0.5"], brisk_root).model
     knobs = {k: p.default for k, p in inspect.signature(ImageClassifier).parameters.items() if p.default is not p.empty}

@@ -18,10 +18,10 @@ SRC = Path(brisk.__file__).parent
 ENTRY_POINTS = {"train", "evaluate", "predict", "export", "compare"}
 # Top to bottom. A part is a top-level module or package of brisk; `brisk` itself is its __init__.
 LAYERS = [
-    {*ENTRY_POINTS, "cli"},
+    {*ENTRY_POINTS, "cli", "conf"},  # conf: the configs, and the schemas (brisk.run.schemas) stored before composing
     {"run"},
     {"callbacks", "checkpoints", "data", "deploy", "models", "optim", "search"},
-    {"brisk", "compat", "conf", "errors", "fastloop", "registry", "utils"},
+    {"brisk", "compat", "errors", "fastloop", "registry", "utils"},
 ]
 MAX_OTHER_TOP_MODULES = 5  # besides the entry points and __init__: cli, compat, errors, fastloop, registry (DESIGN.md)
 MAX_LINES = 300

@@ -157,7 +157,7 @@ LIBRARY_DEFAULTS = [
 
 
 def test_every_trainer_argument_is_a_key_with_lightnings_default(tmp_path):
-    """brisk.schemas: any Trainer argument is set without a `+`, its default is Lightning's own, not a copy, and a
+    """brisk.run.schemas: any Trainer argument is set without a `+`, its default is Lightning's own, not a copy, and a
     value of the wrong type is refused while composing, naming the key."""
     cfg = compose_cfg(["trainer.benchmark=true", "trainer.num_sanity_val_steps=0"], tmp_path)
     assert (cfg.trainer.benchmark, cfg.trainer.num_sanity_val_steps) == (True, 0)
@@ -172,7 +172,7 @@ def test_every_trainer_argument_is_a_key_with_lightnings_default(tmp_path):
 
 @pytest.mark.parametrize("lever", ["ema", "swa"])
 def test_a_lever_callback_has_every_argument_with_its_classs_default(lever, tmp_path):
-    """brisk.schemas: a callback's file starts from its class's signature, so each argument is set without a `+`
+    """brisk.run.schemas: a callback's file starts from its class's signature, so each argument is set without a `+`
     and the default is the class's own, not a copy kept equal by a test."""
     node = compose_cfg([f"callbacks={lever}"], tmp_path).callbacks[lever]
     own = set(OmegaConf.load(Path(CONFIG_PATH) / f"callbacks/{lever}.yaml").get(lever) or {})

@@ -4,7 +4,7 @@ Why not Lightning's class as it is: in lightning 2.6.6, RichProgressBar's `refre
 its drawing thread may redraw. Its on_train_batch_end still runs in full after every batch: it updates the rich task
 and reads the progress-bar metrics (`trainer.progress_bar_metrics` walks the step's logged results and converts each
 `prog_bar` tensor to a number, a host sync on a GPU once a step logs one). On the default path at nil compute that
-is 2,282 Python calls a step over the plain loop against this bar's 2,156 (`python -m brisk_lab.call_budget`): 6%
+is 2,282 Python calls a step over the plain loop against this bar's 2,156 (the speed lab's call budget): 6%
 over the 2,150 of the bar before it, where tests/project/test_bench.py allows 3%. So between updates this bar skips
 that hook, reading `refresh_rate` as steps, as TQDMProgressBar does (the drawing thread still gets it as redraws a
 second); the bar still moves every `refresh_rate` steps and at the end of each epoch.

@@ -259,11 +259,11 @@ def _composition(error: CompactHydraException, overrides: list[str]) -> BriskErr
     if isinstance(cause, ConfigTypeError) and cause.full_key and "deletion" in str(cause):  # ~key of a schema
         key = cause.full_key
         return BriskError(
-            f"~{key}: {key} is an argument every run gives (brisk.schemas), so it cannot be removed. Give it another "
-            f"value instead: {key}=<value>.",
+            f"~{key}: {key} is an argument every run gives (brisk.run.schemas), so it cannot be removed. Give it "
+            f"another value instead: {key}=<value>.",
             key,
         )
-    if isinstance(cause, ValidationError) and cause.full_key:  # a schema's type (brisk.schemas)
+    if isinstance(cause, ValidationError) and cause.full_key:  # a schema's type (brisk.run.schemas)
         key = cause.full_key
         given = next((o for o in reversed(overrides) if o.partition("=")[0].lstrip("+") == key), key)  # the last wins
         return BriskError(f"{given}: {first_line(cause.msg)}. Give {key} a value of that type.", key)

@@ -62,20 +62,21 @@ def from_signature(name: str, fn: Any, skip: tuple[str, ...] = (), extra: dict[s
 
 
 def store() -> None:
-    """The schemas, in the groups whose YAML options start from them. Called before any config is composed."""
+    """The schemas, as configs of no group (so no command lists them as options): a YAML file starts from one with
+    `- /<name>_schema@_here_` in its defaults. Called (by brisk.conf) before any config is composed."""
     import lightning as L
 
     from brisk.models.classifier import ImageClassifier
 
     store = ConfigStore.instance().store
     # brisk builds the callbacks and loggers from their own groups (brisk.run.builder)
-    store(group="trainer", name="schema", node=from_signature("Trainer", L.Trainer.__init__, ("callbacks", "logger")))
+    store(name="trainer_schema", node=from_signature("Trainer", L.Trainer.__init__, ("callbacks", "logger")))
     # the optimizer and schedule have groups of their own, the class names come from the data (brisk.models.build)
     model = from_signature("Model", ImageClassifier.__init__, ("optimizer", "scheduler", "class_names"))
-    store(group="schema", name="model", node=model)
+    store(name="model_schema", node=model)
     # one per registered callback, each with its `type`: a lever's file starts from its schema (conf/callbacks/ema.yaml)
     from brisk.registry import CALLBACKS
 
     for name in CALLBACKS.names():
         node = from_signature(f"Callback_{name}", CALLBACKS.get(name).__init__, extra={"type": name})
-        store(group="schema/callbacks", name=name, node=node)
+        store(name=f"{name}_callback_schema", node=node)
