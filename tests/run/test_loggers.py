@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import importlib.util
 import logging
+import os
 import struct
 import warnings
 from pathlib import Path
 
 import pytest
 
+from brisk.errors import BriskError
+from brisk.run import loggers
 from brisk.utils import quiet
 from helpers import BASE, brisk_train, processes_of, read_summary
 
@@ -148,3 +151,78 @@ def test_quiet_drops_only_the_known_lines():
 
     assert not passes("💡 Tip: For seamless cloud logging and experiment tracking, try installing ...")
     assert passes("GPU available: False, used: False")
+
+
+def test_a_logger_folder_that_cannot_be_made_is_refused_without_making_it(tmp_path):
+    """A save_dir under a file is refused as the logger is built, in one line naming its key; one that can be made
+    passes, and finding out makes nothing (a refused run leaves nothing behind)."""
+    (tmp_path / "afile").write_text("")
+    for folder in (tmp_path / "afile", tmp_path / "afile" / "csv" / "deeper"):
+        with pytest.raises(
+            BriskError, match=r"^logger\.csv\.save_dir=\S*afile\S*: cannot .*is not a folder\)"
+        ) as refused:
+            loggers.check("logger.csv", {"type": "csv", "save_dir": str(folder)})
+        assert refused.value.key == "logger.csv.save_dir"
+    before = sorted(tmp_path.rglob("*"))
+    loggers.check("logger.tensorboard", {"type": "tensorboard", "save_dir": str(tmp_path / "new" / "tensorboard")})
+    loggers.check("logger.csv", {"type": "csv", "save_dir": str(tmp_path)})
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into any folder")
+def test_a_logger_folder_in_a_read_only_folder_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        with pytest.raises(BriskError, match=r"locked is not writable") as refused:
+            loggers.check("logger.csv", {"type": "csv", "save_dir": str(locked / "csv")})
+        assert refused.value.key == "logger.csv.save_dir"
+    finally:
+        locked.chmod(0o700)
+
+
+@pytest.fixture
+def wandb_alone(tmp_path, monkeypatch):
+    """wandb with no credentials and no mode from the environment, its folders and ~ in tmp_path, its server a
+    host of its own (a ~/.netrc entry is per host); its settings, which it reads once a process, read anew."""
+    wandb = pytest.importorskip("wandb")
+    for var in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_MODE", "WANDB_DISABLED", "NETRC"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / var.lower()))
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.com")
+    wandb.teardown()
+    yield wandb
+    wandb.teardown()
+
+
+def test_wandb_online_needs_a_key_where_wandb_looks_for_one(wandb_alone, tmp_path, monkeypatch):
+    """Refused in one line naming logger.wandb and the fixes, as the logger is built; not refused where wandb
+    would find a key (WANDB_API_KEY, the ~/.netrc entry `wandb login` writes) or needs none (offline)."""
+    spec = {"type": "wandb", "project": "brisk"}
+
+    def checked(**given) -> BriskError | None:
+        wandb_alone.teardown()  # wandb reads its environment once
+        try:
+            loggers.check("logger.wandb", {**spec, **given})
+        except BriskError as e:
+            return e
+        return None
+
+    refused = checked()
+    assert refused is not None and refused.key == "logger.wandb"
+    assert str(refused).startswith("logger.wandb: ")
+    assert all(fix in str(refused) for fix in ("WANDB_API_KEY", "WANDB_MODE=offline", "logger.wandb.offline=true"))
+    assert checked(offline=True) is None
+    assert checked(mode="disabled") is None
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert checked() is None
+    monkeypatch.delenv("WANDB_MODE")
+    netrc = tmp_path / ".netrc"
+    netrc.write_text(f"machine wandb.example.com\n  login user\n  password {'k' * 40}\n")
+    netrc.chmod(0o600)
+    assert checked() is None
+    netrc.unlink()
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    assert checked() is None

@@ -14,12 +14,18 @@ from __future__ import annotations
 import lightning as L
 import torch
 
+from brisk.errors import check
 from brisk.registry import CALLBACKS
 
 
 @CALLBACKS.register("lookahead")
 class Lookahead(L.Callback):
     def __init__(self, every: int = 5, decay: float = 0.95**5, power: float = 3.0) -> None:
+        # Here, not at the first update: a zero `every` divided by zero there, a NaN decay turned the net to NaN
+        # only after training had begun.
+        check("callbacks.lookahead.every", every, lambda v: v >= 1, "a whole number >= 1 (optimizer steps)", int)
+        check("callbacks.lookahead.decay", decay, lambda v: 0 <= v <= 1, "a number in [0, 1]")
+        check("callbacks.lookahead.power", power, lambda v: v >= 0, "a number >= 0")
         self.every, self.decay, self.power = every, decay, power
         self.slow: list[torch.Tensor] | None = None
         self._fast: list[torch.Tensor] = []

@@ -20,6 +20,9 @@ from brisk.registry import NETS, OPTIMIZERS, arguments
 from brisk.utils.config import plain
 
 EVAL_STAGES = ("val", "test")
+# What a fit logs every epoch (the self.log calls below), so what a callback can watch: brisk.run.builder refuses an
+# early-stopping monitor outside it. Left out: train/ce (logged only with l1) and the per-step train/loss_step.
+FIT_METRICS = ("val/acc", "val/loss", "val/acc_best", "train/loss", "train/acc")
 TTA = ("none", "flip", "flip_translate")
 
 

@@ -10,15 +10,23 @@ from collections.abc import Callable
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from brisk.errors import BriskError
+from brisk.errors import BriskError, check
 from brisk.registry import SCHEDULES, arguments
 
 log = logging.getLogger("brisk")
+
+# A warm-up is a share of the run's steps: above 1 it is longer than the run, and the lr never comes down. The
+# planned schedules check their ranges as they are built with the run's total steps, in configure_optimizers: before
+# the first optimizer step (a NaN start or final made every lr NaN only once training had begun).
+SHARE = "a share of the run's steps in [0, 1] (0.23: its first 23%)"
+TIMES_LR = "a number >= 0 (a multiple of the base lr)"
 
 
 @SCHEDULES.register("cosine")
 def cosine_with_warmup(optimizer: Optimizer, total_steps: int, warmup: float = 0.05, final: float = 0.0) -> LambdaLR:
     """Linear warmup over the first `warmup` fraction of steps, then cosine decay to `final` x base lr."""
+    check("scheduler.warmup", warmup, lambda v: 0 <= v <= 1, SHARE)
+    check("scheduler.final", final, lambda v: v >= 0, TIMES_LR)
     warmup_steps = max(1, int(warmup * total_steps))
 
     def factor(step: int) -> float:
@@ -36,6 +44,9 @@ def warmup_linear(
 ) -> LambdaLR:
     """From `start` x base lr up to the base lr over the first `warmup` fraction of steps, then straight down to
     `final` x: airbench94's schedule (0.2 -> 1 over 23% of the steps -> 0)."""
+    check("scheduler.warmup", warmup, lambda v: 0 <= v <= 1, SHARE)
+    check("scheduler.start", start, lambda v: v >= 0, TIMES_LR)
+    check("scheduler.final", final, lambda v: v >= 0, TIMES_LR)
     peak = max(1, round(warmup * total_steps))
 
     def factor(step: int) -> float:

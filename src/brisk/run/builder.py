@@ -1,11 +1,13 @@
-"""The one builder: a composed config in, the Trainer, DataModule and LightningModule out. It builds and nothing
-else: checking the config and the disk, and starting a job's other ranks, are steps of their own (train.py takes
-them one by one, brisk.run.prepare all at once for the other commands).
+"""The one builder: a composed config in, the Trainer, DataModule and LightningModule out. It builds, and refuses
+only what a part it builds would find out inside the fit (make_trainer): checking the config and the disk, and
+starting a job's other ranks, are steps of their own (train.py takes them one by one, brisk.run.prepare all at once
+for the other commands).
 """
 
 from __future__ import annotations
 
 import lightning as L
+from lightning.pytorch.callbacks import EarlyStopping
 from omegaconf import DictConfig
 
 from brisk import fastloop
@@ -20,10 +22,11 @@ from brisk.callbacks import (
     TimeToAccuracy,
 )
 from brisk.checkpoints.io import SafeCheckpointIO
-from brisk.errors import BriskError
+from brisk.errors import BriskError, check
 from brisk.models.build import build_datamodule, build_model
+from brisk.models.classifier import FIT_METRICS
 from brisk.registry import CALLBACKS, LOGGERS, PROFILERS, Registry, check_arguments, construct
-from brisk.run import launch
+from brisk.run import launch, loggers
 from brisk.run.precision import resolve
 from brisk.utils.config import plain
 
@@ -38,9 +41,12 @@ def _build_all(registry: Registry, group: DictConfig | None, key: str) -> list[t
 
 
 def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.Trainer:
-    """The Trainer of `cfg`, with brisk's checkpoint IO and `extra_callbacks`; checks nothing, starts nothing."""
+    """The Trainer of `cfg`, with brisk's checkpoint IO and `extra_callbacks`; starts nothing. It checks only what
+    its parts would find out inside the fit, as their constructors check their ranges: early stopping's values, the
+    loggers' folders and wandb's key."""
     precision = resolve(cfg.trainer.precision, str(cfg.trainer.accelerator))
     fast = cfg.get("fast_loop", True)  # brisk.fastloop's per-step cuts; false: plain Lightning
+    check_early_stopping(cfg)
     configured = _build_all(CALLBACKS, cfg.get("callbacks"), "callbacks")
     callbacks = [*(c for c, _ in configured), *extra_callbacks]
     if cfg.trainer.get("enable_model_summary") is not False:  # Lightning's, with the FLOPs of one image counted
@@ -50,6 +56,9 @@ def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.T
     del arguments["precision"]  # resolved above
     check_arguments(L.Trainer, arguments, "trainer")
     plugins = [SafeCheckpointIO(), *(arguments.pop("plugins", None) or [])]  # Lightning takes names ("...") too
+    for name, spec in (cfg.get("logger") or {}).items():  # before any is built, so none has made its folder
+        if spec is not None:
+            loggers.check(f"logger.{name}", plain(spec))
     profiler = arguments.pop("profiler", None)
     if isinstance(profiler, dict):  # {type: simple, dirpath: ...}; a bare name is Lightning's to read
         profiler = PROFILERS.build(profiler)
@@ -66,6 +75,32 @@ def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.T
     if fast:
         fastloop.trainer(trainer, configured)
     return trainer
+
+
+def check_early_stopping(cfg: DictConfig) -> None:
+    """Refuse, before the fit, an early stopping (Lightning's EarlyStopping, by any name in the callbacks group) that
+    could only fail inside it: Lightning takes any patience and monitor, and compares or looks them up only after the
+    first epoch's steps (a string patience at the second validation; a metric nobody logs, or a val/ metric with
+    validation off, at the first check), when the run has trained and keeps its directory."""
+    for name, spec in (cfg.get("callbacks") or {}).items():
+        kind = spec.get("type") if spec is not None else None
+        if kind not in CALLBACKS or not issubclass(CALLBACKS.get(kind), EarlyStopping):
+            continue  # off, or not early stopping; an unknown type is refused as the callbacks are built
+        key, monitor = f"callbacks.{name}", spec.get("monitor")
+        if "patience" in spec:  # Lightning's default, 3, otherwise
+            check(f"{key}.patience", spec.patience, lambda v: v >= 0, "a whole number >= 0 (validations)", int)
+        if monitor not in FIT_METRICS:
+            raise BriskError(
+                f"{key}.monitor={monitor!r} must be a metric the classifier logs each epoch: {', '.join(FIT_METRICS)}.",
+                f"{key}.monitor",
+            )
+        if str(monitor).startswith("val/") and cfg.trainer.get("limit_val_batches") == 0:
+            raise BriskError(
+                f"{key}: early stopping on {monitor} needs validation, which trainer.limit_val_batches=0 turns off. "
+                f"Validate (trainer.limit_val_batches=1.0), or stop on a train/ metric ({key}.monitor=train/loss "
+                f"{key}.mode=min), or leave out early stopping.",
+                key,
+            )
 
 
 # conf/train.yaml's always_on: the callbacks brisk-train adds whatever the callbacks group says, each the part of a

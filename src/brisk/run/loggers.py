@@ -1,11 +1,18 @@
-"""The loggers and profilers conf/ picks by name, and the end of a run's loggers that Lightning leaves open."""
+"""The loggers and profilers conf/ picks by name, the checks a logger gets as it is built, and the end of a run's
+loggers that Lightning leaves open."""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import lightning as L
 from lightning.pytorch import loggers, profilers
 from lightning.pytorch.loggers import WandbLogger
 
+from brisk.errors import BriskError, first_line
 from brisk.registry import LOGGERS, PROFILERS
 
 # Lightning's own; each imports its package (mlflow, wandb, tensorboard) only when a run builds it.
@@ -16,6 +23,74 @@ LOGGERS.register("wandb", WandbLogger)
 PROFILERS.register("simple", profilers.SimpleProfiler)
 PROFILERS.register("advanced", profilers.AdvancedProfiler)
 PROFILERS.register("pytorch", profilers.PyTorchProfiler)
+
+
+def check(key: str, spec: Mapping[str, Any]) -> None:
+    """Refuse, as the logger at `key` is built, what would fail it only inside the fit, in a traceback: a folder it
+    cannot make or write (its save_dir, or wandb's dir), and wandb online without a key."""
+    for name in ("save_dir", "dir"):
+        if spec.get(name) is not None:
+            _writable(f"{key}.{name}", spec[name])
+    kind = spec.get("type")
+    if kind in LOGGERS and issubclass(LOGGERS.get(kind), WandbLogger):
+        _wandb_key(key, spec)
+
+
+def _writable(key: str, folder: object) -> None:
+    """Whether `folder` can be made and written, found without making it (a refused run must leave nothing): its
+    nearest existing folder must be a folder this process may write into. os.access also says no on a read-only
+    file system; as root it says yes to any folder, as mkdir does."""
+    path = Path(os.fspath(folder)).expanduser().absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        reason = f"{existing} is not a folder" if existing != path else "it is not a folder"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        reason = f"{existing} is not writable" if existing != path else "it is not writable"
+    else:
+        return
+    raise BriskError(
+        f"{key}={folder}: cannot make or write that folder ({reason}). Set {key} to a folder you can write, or leave "
+        "it out to log into the run directory.",
+        key,
+    )
+
+
+def _wandb_key(key: str, spec: Mapping[str, Any]) -> None:
+    """wandb online with no API key fails at wandb.init, in the fit, with a traceback. The key is looked up as
+    wandb.init looks it up (WANDB_API_KEY or WANDB_IDENTITY_TOKEN_FILE, the .netrc entry of `wandb login`, wandb's
+    settings), without its prompt and without a network call; wandb's offline and disabled modes need none.
+    wandb_setup and wbauth are wandb's own modules, not its documented API: where they are gone, wandb decides."""
+    if spec.get("offline") or spec.get("mode") in ("offline", "dryrun", "disabled"):
+        return
+    try:
+        from wandb.errors import AuthenticationError
+        from wandb.sdk import wandb_setup
+        from wandb.sdk.lib import wbauth
+    except ImportError:  # not installed: building the logger says so; or another wandb, which decides itself
+        return
+    settings = wandb_setup.singleton().settings  # WANDB_MODE, WANDB_BASE_URL, wandb's settings files
+    if spec.get("mode") is None and settings.mode in ("offline", "dryrun", "disabled"):
+        return
+    try:
+        found = wbauth.authenticate_session(
+            host=wbauth.HostUrl(settings.base_url, app_url=settings.app_url),
+            source="brisk",
+            prompt=False,
+            update_session=False,
+        )
+    except AuthenticationError as e:  # a key of the wrong form, or two kinds of credentials at once
+        raise BriskError(
+            f"{key}: wandb refuses its credentials ({first_line(e)}). Correct them, or log offline: "
+            "WANDB_MODE=offline.",
+            key,
+        ) from None
+    if found is None:
+        raise BriskError(
+            f"{key}: wandb has no API key for {settings.base_url} (WANDB_API_KEY, or ~/.netrc from `wandb login`). "
+            f"Set WANDB_API_KEY, or log offline: WANDB_MODE=offline or {key}.offline=true (`wandb sync` uploads "
+            "the run later).",
+            key,
+        )
 
 
 def finish(trainer: L.Trainer) -> None:

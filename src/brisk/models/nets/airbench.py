@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from brisk.errors import BriskError
 from brisk.registry import NETS
 
 
@@ -75,6 +76,15 @@ class AirbenchNet(nn.Module):
         dirac: bool = False,
         frozen_bn_scale: bool = True,
     ):
+        # torch builds a conv of width 0 and fails only at the first forward pass, in a traceback. One line for the
+        # list (check() takes one number), in check()'s words.
+        given = list(widths) if isinstance(widths, list | tuple) else [widths]
+        if len(given) != 3 or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in given):
+            shown = given if isinstance(widths, list | tuple) else repr(widths)
+            raise BriskError(
+                f"model.net.widths={shown} must be three whole numbers >= 1, e.g. [64,256,256].",
+                "model.net.widths",
+            )
         super().__init__()
         self.whiten = nn.Conv2d(3, 24, kernel_size=2, padding=0, bias=True)
         self.body = nn.Sequential(
