@@ -42,6 +42,12 @@ def check(key: str, value: object, test, wanted: str, kind: type | tuple = (int,
         raise BriskError(f"{key}={value!r} must be {wanted}.", key)
 
 
+def check_flag(key: str, value: object) -> None:
+    """A switch is a bool: `maybe`, 1 or "yes" are refused rather than read as true."""
+    if not isinstance(value, bool):
+        raise BriskError(f"{key}={value!r} must be true or false.", key)
+
+
 def refuse(error: object) -> NoReturn:
     """The end of a refused command: its one `brisk: error:` line on stderr, and exit status 2."""
     print(f"brisk: error: {error}", file=sys.stderr, flush=True)

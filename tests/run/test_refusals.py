@@ -32,6 +32,7 @@ CASES = {
     "synthetic_set_size": (["data.synthetic.n_train=7"], "data.synthetic.n_train"),
     "val_size_negative": (["data.val_size=-1"], "data.val_size"),
     "target_above_one": (["target_acc=94"], "target_acc"),
+    "net_width_zero": (["model.net.width=0"], "model.net.width"),
     "step_checkpoints_negative": (
         ["callbacks.last_checkpoint.every_n_train_steps=-1"],
         "callbacks.last_checkpoint.every_n_train_steps",
@@ -79,3 +80,13 @@ def test_a_range_lives_in_the_constructor_that_uses_it(knob, value):
             net={"type": "simple_cnn"}, optimizer={"type": "sgd", "lr": 0.1}, class_names=["a", "b"], **{knob: value}
         )
     assert error.value.key == f"model.{knob}"
+
+
+@pytest.mark.parametrize("switch", ["whiten_init", "dirac", "frozen_bn_scale"])
+def test_a_nets_switch_is_a_bool(switch):
+    from brisk.errors import BriskError
+    from brisk.registry import NETS
+
+    with pytest.raises(BriskError) as error:
+        NETS.get("airbench")(**{switch: "maybe"})
+    assert error.value.key == f"model.net.{switch}"

@@ -47,10 +47,6 @@ VALUES = {
     "data.augment.cutmix_alpha": (NUM, lambda v: v > 0, "> 0", (None,)),
     "data.balanced": (BOOL, None, "", ()),
     "data.resident": (BOOL, None, "", ()),
-    "model.net.whiten_init": (BOOL, None, "", ()),  # airbench's
-    "model.net.dirac": (BOOL, None, "", ()),
-    "model.net.frozen_bn_scale": (BOOL, None, "", ()),
-    "model.net.width": (INT, lambda v: v >= 1, ">= 1", ()),
     "optimizer.momentum": (NUM, lambda v: 0 <= v <= 1, "in [0, 1]", ()),
     "scheduler.pct_start": (NUM, lambda v: 0 < v < 1, "in (0, 1)", ()),
 }

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from brisk.errors import BriskError
+from brisk.errors import BriskError, check_flag
 from brisk.registry import NETS
 
 
@@ -85,6 +85,8 @@ class AirbenchNet(nn.Module):
                 f"model.net.widths={shown} must be three whole numbers >= 1, e.g. [64,256,256].",
                 "model.net.widths",
             )
+        for name, flag in (("whiten_init", whiten_init), ("dirac", dirac), ("frozen_bn_scale", frozen_bn_scale)):
+            check_flag(f"model.net.{name}", flag)
         super().__init__()
         self.whiten = nn.Conv2d(3, 24, kernel_size=2, padding=0, bias=True)
         self.body = nn.Sequential(

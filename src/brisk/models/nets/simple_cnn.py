@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from brisk.errors import check
 from brisk.registry import NETS
 
 
@@ -29,6 +30,7 @@ class SimpleCNN(nn.Sequential):
     """
 
     def __init__(self, num_classes: int = 10, width: int = 32, norm: bool = True, dropout: float = 0.0) -> None:
+        check("model.net.width", width, lambda v: v >= 1, "a whole number >= 1", int)
         super().__init__(
             *_block(3, width, norm, pool=True),
             *_block(width, 2 * width, norm, pool=True),
