@@ -22,7 +22,7 @@ from brisk.data import splits
 from brisk.data.augment_ops import Augmentation
 from brisk.data.loader import TensorBatchLoader
 from brisk.data.resident import place as place_resident
-from brisk.errors import BriskError, check
+from brisk.errors import BriskError, check, check_flag
 from brisk.utils.config import plain
 from brisk.utils.threads import small_ops
 
@@ -78,6 +78,8 @@ class TensorDataModule(L.LightningDataModule):
         super().__init__()
         check("data.val_size", val_size, lambda v: v >= 0, "a number >= 0 (images, or a share of train below 1)")
         check("data.split_seed", split_seed, lambda v: v >= 0, "a whole number >= 0", int)
+        check_flag("data.balanced", balanced)
+        check_flag("data.resident", resident)
         self.save_hyperparameters()  # with the subclass's own arguments (Lightning collects the whole __init__ chain)
         # Plain containers: checkpoints hold these and load with weights_only=True.
         self.hparams.update({k: plain(v) for k, v in self.hparams.items()})

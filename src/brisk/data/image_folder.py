@@ -20,7 +20,7 @@ import torch
 from brisk.data import image_cache
 from brisk.data.base import TensorDataModule
 from brisk.data.images import EXTENSIONS, PILLOW_PIXELS, scan
-from brisk.errors import BriskError
+from brisk.errors import BriskError, check, check_flag
 from brisk.registry import DATASETS
 
 log = logging.getLogger("brisk")
@@ -52,10 +52,15 @@ class ImageFolderDataModule(TensorDataModule):
             raise BriskError("data.root is not set: brisk-train data=image_folder data.root=<folder with train/ in it>")
         if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
             raise BriskError(f"data.image_size={image_size} must be a whole number of pixels >= 1, e.g. 32.")
-        if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or not 1 <= max_pixels <= PILLOW_PIXELS:
-            raise BriskError(  # above Pillow's own bound the setting would do nothing
-                f"data.max_pixels={max_pixels} must be a whole number in 1..{PILLOW_PIXELS}, e.g. 64000000."
-            )
+        # above Pillow's own bound the setting would do nothing
+        check(
+            "data.max_pixels",
+            max_pixels,
+            lambda v: 1 <= v <= PILLOW_PIXELS,
+            f"a whole number in 1..{PILLOW_PIXELS}",
+            int,
+        )
+        check_flag("data.skip_bad", skip_bad)
         self._folders: dict[str, tuple[Path, dict] | None] = {}
         self._loaded: dict[str, tuple[torch.Tensor, torch.Tensor, dict] | None] = {}
 

@@ -41,12 +41,8 @@ VALUES = {
     "trainer.gradient_clip_val": (NUM, lambda v: v >= 0, ">= 0", (None,)),
     "trainer.limit_train_batches": (NUM, lambda v: v > 0, "> 0", (None,)),  # 0 batches would train nothing
     "trainer.limit_val_batches": (NUM, lambda v: v >= 0, ">= 0", (None,)),
-    "data.skip_bad": (BOOL, None, "", ()),
-    "data.max_pixels": MAX_PIXELS,  # image_folder's
     "data.augment.mixup_alpha": (NUM, lambda v: v > 0, "> 0", (None,)),  # Beta(alpha, alpha); null: off
     "data.augment.cutmix_alpha": (NUM, lambda v: v > 0, "> 0", (None,)),
-    "data.balanced": (BOOL, None, "", ()),
-    "data.resident": (BOOL, None, "", ()),
     "optimizer.momentum": (NUM, lambda v: 0 <= v <= 1, "in [0, 1]", ()),
     "scheduler.pct_start": (NUM, lambda v: 0 < v < 1, "in (0, 1)", ()),
 }
