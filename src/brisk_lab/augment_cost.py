@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from brisk import build_datamodule, sync
 from brisk_lab.plain import device_of
+from brisk_lab.progress import progress
 from brisk_lab.stats import in_turn, median, spread
 
 
@@ -48,6 +49,7 @@ def compare(cfgs: dict[str, DictConfig], repeats: int, rounds: int) -> dict:
         timed(datamodule)
     ms: dict[str, list[float]] = {option: [] for option in datamodules}
     for r in range(rounds):
+        progress(f"augment round {r + 1}/{rounds}")
         for option in in_turn(list(datamodules), r):
             ms[option].append(timed(datamodules[option]))
     none, standard = median(ms.get("none", [0.0])), median(ms.get("standard", [0.0]))

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, open_dict
 from brisk import always_on, build_model, build_trainer
 from brisk_lab.fit import DataCache, timed_fit, with_clock
 from brisk_lab.plain import plain_loop
+from brisk_lab.progress import progress
 from brisk_lab.stats import in_turn, median, spread
 
 CALL_STEPS = 50  # steps whose function calls are counted, after the warm-up
@@ -89,6 +90,7 @@ def compare(cfg: DictConfig, warmup: int, steps: int, rounds: int, data: DataCac
     plain, timed = [], {row[0]: [] for row in ROWS}
     plain_data = DataCache()  # the plain loop's own, read once (see overhead.compare)
     for r in range(rounds):
+        progress(f"breakdown round {r + 1}/{rounds}")
         sides = [("plain", None), *((row[0], row) for row in ROWS)]
         for label, row in in_turn(sides, r):
             if row is None:

@@ -15,6 +15,7 @@ from brisk import BriskError, build_datamodule
 from brisk_lab.compose import compose_with, run_child
 from brisk_lab.cost import net_cost
 from brisk_lab.fit import DataCache, measure_fit
+from brisk_lab.progress import progress
 from brisk_lab.stats import in_turn, median
 
 NUMBERS = ("images_per_sec", "batch_s", "epoch_s", "peak_mb", "added_mb", "first_step_s", "fixed_s")
@@ -81,6 +82,7 @@ def sweep(
     runs: dict[str, list[dict]] = {label: [] for label, _, _ in values}
     for r in range(rounds):
         for label, overrides, cfg in in_turn(values, r):
+            progress(f"{name}={label} round {r + 1}/{rounds}")
             if spec.get("subprocess"):
                 child_dir = run_dir / "levers" / name / f"{label}-{r}"
                 runs[label].append(run_child(overrides, child_dir, warmup, steps, timeout_s))

@@ -33,6 +33,7 @@ from torchvision import transforms as T
 from brisk import BriskError, build_datamodule, small_ops
 from brisk_lab.clock import sync
 from brisk_lab.plain import device_of
+from brisk_lab.progress import progress
 from brisk_lab.stats import in_turn, median, paired_ratio, spread
 
 
@@ -95,10 +96,11 @@ def busy_cores(processes: int) -> Iterator[None]:
             proc.wait()
 
 
-def _rounds(sides: dict[str, Callable[[], float]], rounds: int) -> dict:
+def _rounds(sides: dict[str, Callable[[], float]], rounds: int, label: str = "pipeline") -> dict:
     """Images per second of each side, interleaved rounds of one pass each; medians and the paired ratio."""
     rates: dict[str, list[float]] = {name: [] for name in sides}
     for r in range(rounds):
+        progress(f"{label} round {r + 1}/{rounds}")
         for name in in_turn(sides, r):
             rates[name].append(sides[name]())
     out = {f"{name}_images_per_sec": median(v) for name, v in rates.items()}
@@ -172,7 +174,7 @@ def compare(cfg: DictConfig, workers: int, rounds: int, loaded: bool = False) ->
         )
         busy = 2 * (os.cpu_count() or 1)
         with busy_cores(busy):
-            load = _rounds(sides, rounds)
+            load = _rounds(sides, rounds, "pipeline, loaded,")
             load_average = os.getloadavg()[0]  # the 1-minute average lags: read it after the rounds
         load.update(
             busy_processes=busy,

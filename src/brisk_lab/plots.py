@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from brisk import published
+from brisk_lab.report import MEDIAN_OF_ROUNDS
 
 
 def _pyplot():
@@ -29,7 +30,11 @@ def pipeline(p: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     rates = [p["classic_images_per_sec"], p["brisk_images_per_sec"], p["brisk_resident_images_per_sec"]]
     _bars(ax, ["classic (PIL)", "brisk", "brisk, resident"], rates, ["#999", "#2a7", "#27a"])
-    ax.set_title(f"Input pipeline, batch {p['batch_size']}: brisk {p['ratio']:.1f}x classic", fontsize=10)
+    # The bars are medians; the ratio is the median of the rounds' ratios, not theirs (issue 41), so say which.
+    ax.set_title(
+        f"Input pipeline, batch {p['batch_size']}: brisk {p['ratio']:.1f}x classic ({MEDIAN_OF_ROUNDS})",
+        fontsize=10,
+    )
     fig.tight_layout()
     with published(path) as tmp:
         fig.savefig(tmp, dpi=120)
@@ -52,7 +57,7 @@ def overhead(o: dict[str, dict], path: Path) -> None:
             color=color,
         )
         ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
-    ax.set_xticks(list(xs), [f"{m}\nbrisk/plain {o[m]['ratio']:.3f}" for m in models])
+    ax.set_xticks(list(xs), [f"{m}\nbrisk/plain {o[m]['ratio']:.3f}\n({MEDIAN_OF_ROUNDS})" for m in models])
     ax.set_ylabel("images/s")
     ax.legend(fontsize=8)
     ax.set_title("Framework overhead: brisk fit vs plain PyTorch loop", fontsize=10)

@@ -20,6 +20,8 @@ from brisk import BriskError, hardware, resolve_precision, write_json, write_tex
 from brisk_lab import augment_cost, breakdown, levers, overhead, pipeline, plots, report, speedrun
 from brisk_lab.compose import compose_with, task_overrides
 from brisk_lab.fit import DataCache, measure_fit
+from brisk_lab.progress import progress
+from brisk_lab.progress import start as start_progress
 
 log = logging.getLogger("brisk")
 PARTS = ("pipeline", "augment", "overhead", "breakdown", "fit", "speedrun")
@@ -74,7 +76,10 @@ def _part(part: str, planned: Any, bench: DictConfig, run_dir: Path, data: DataC
         return augment_cost.compare(planned, bench.augment.repeats, bench.rounds)
     if part == "overhead":
         o = bench.overhead
-        return {model: overhead.compare(c, o.warmup, o.steps, bench.rounds, data) for model, c in planned.items()}
+        return {
+            model: overhead.compare(c, o.warmup, o.steps, bench.rounds, data, label=f"overhead {model}")
+            for model, c in planned.items()
+        }
     if part == "breakdown":
         b = bench.breakdown
         return breakdown.compare(planned, b.warmup, b.steps, b.rounds, data)
@@ -180,9 +185,10 @@ def run(cfg: DictConfig) -> dict:
         )
     data = DataCache()
     start = time.perf_counter()
+    start_progress()
     text = ""
-    for part, planned in plans.items():
-        log.info("bench: %s", part)
+    for i, (part, planned) in enumerate(plans.items(), 1):
+        progress(f"part {i}/{len(plans)}: {part}")
         t = time.perf_counter()
         results["parts"][part] = _part(part, planned, cfg.bench, run_dir, data)
         results["seconds"][part] = round(time.perf_counter() - t, 1)

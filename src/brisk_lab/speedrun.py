@@ -23,6 +23,7 @@ from brisk import BriskError, TimeToAccuracy, build
 from brisk_lab import overhead
 from brisk_lab.compose import compose_with
 from brisk_lab.fit import DataCache
+from brisk_lab.progress import progress
 from brisk_lab.stats import median
 
 ALL_ON = "all on"
@@ -96,15 +97,23 @@ def cost_per_step(result: dict) -> dict:
 
 def compare(planned: dict, spec: DictConfig, rounds: int, data: DataCache) -> dict:
     rows = []
+    fits = sum(len(seeds) for seeds in planned["fits"].values())
+    done = 0
     for name, seeds in planned["fits"].items():
-        runs = [run_fit(cfg, data) for cfg in seeds.values()]
+        runs = []
+        for seed, cfg in seeds.items():
+            done += 1
+            progress(f"speedrun fit {done}/{fits}: {name if name == ALL_ON else name + ' off'}, seed {seed}")
+            runs.append(run_fit(cfg, data))
         rows.append({"part": name, "off": planned["rows"][name], "runs": runs, **_summary(runs)})
     nil = planned["overhead"]
-    step = overhead.compare(nil, spec.warmup, spec.steps, rounds, data)
+    step = overhead.compare(nil, spec.warmup, spec.steps, rounds, data, label="speedrun cost per step")
     plain_lightning = copy.deepcopy(nil)
     with open_dict(plain_lightning):
         plain_lightning.fast_loop = False  # what brisk.fastloop buys on this path
-    without = overhead.compare(plain_lightning, spec.warmup, spec.steps, rounds, data)
+    without = overhead.compare(
+        plain_lightning, spec.warmup, spec.steps, rounds, data, label="speedrun cost per step, fast_loop=false,"
+    )
     first = next(iter(next(iter(planned["fits"].values())).values()))
     return {
         "target": float(first.target_acc),

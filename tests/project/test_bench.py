@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -31,7 +33,7 @@ from brisk import build
 from brisk.cli import unknown_group_option
 from brisk.data import augment as aug
 from brisk.errors import BriskError
-from brisk_lab import breakdown, call_budget, levers, pipeline, report, speedrun
+from brisk_lab import breakdown, call_budget, levers, overhead, pipeline, report, speedrun
 from brisk_lab.bench import CONFIG_PATH
 from brisk_lab.clock import Window
 from brisk_lab.fit import DataCache, measure_fit
@@ -105,6 +107,89 @@ def test_pipeline_part_has_resident_and_loaded_rows_and_stops_its_busy_loops(bri
     table = report.pipeline(p)
     assert "| brisk, data.resident on cpu |" in table and "| loaded, brisk, data.resident |" in table
     assert f"load average {load['load_average']}" in table
+
+
+def _row_of(table: str, first_cell: str) -> dict[str, str]:
+    """The table's row that starts with `first_cell`, as {header: cell}, bold marks dropped."""
+    lines = [line for line in table.splitlines() if line.startswith("| ")]
+
+    def cells(line: str) -> list[str]:
+        return [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
+
+    row = next(line for line in lines if cells(line)[0] == first_cell)
+    return dict(zip(cells(lines[0]), cells(row), strict=True))
+
+
+def _figure(row: dict[str, str], column: str) -> float:
+    """The number in the first column whose header starts with `column` ("1,284" -> 1284.0, "23.6x" -> 23.6)."""
+    return float(row[next(h for h in row if h.startswith(column))].replace(",", "").rstrip("x"))
+
+
+def _ratio_agrees_with_its_header(row: dict[str, str], name: str, numerator: float, denominator: float) -> float:
+    """A ratio column is read as the ratio of the printed medians (`numerator` / `denominator`) unless its header
+    says it is the median of the round ratios; then the row must print those rounds, and the ratio is their median."""
+    header = next(h for h in row if h.startswith(name))
+    ratio = _figure(row, name)
+    if "median of round ratios" in header:
+        rounds = [float(v) for v in row["round ratios"].split(",")]
+        assert ratio == pytest.approx(statistics.median(rounds)), row
+    else:
+        assert ratio == pytest.approx(numerator / denominator, rel=5e-3), (
+            f"{header}: {ratio} != {numerator} / {denominator}"
+        )
+    return ratio
+
+
+def _overhead_round(images_per_sec: float) -> dict:
+    return {
+        "images_per_sec": images_per_sec,
+        "batch_s": 512 / images_per_sec,
+        "fixed_s": 1.0,
+        "loss": 1.5,
+        "precision": "32-true",
+    }
+
+
+def test_overhead_table_ratio_is_what_its_header_says():
+    """Issue 41: a quick-preset row read `| simple_cnn | 512 | 32-true | 197 | 176 | 0.976 |`, but 176 / 197 = 0.89.
+    The same medians and ratio from three known rounds: the table must say what 0.976 is and print its rounds."""
+    plain, brisk = [197.0, 150.0, 230.0], [140.0, 176.0, 224.5]  # round by round 0.711, 1.173, 0.976
+    o = overhead.summary([_overhead_round(v) for v in brisk], [_overhead_round(v) for v in plain], 512, 12)
+    row = _row_of(report.overhead({"simple_cnn": o}), "simple_cnn")
+    assert (_figure(row, "plain images/s"), _figure(row, "brisk images/s")) == (197, 176)
+    brisk_median, plain_median = _figure(row, "brisk images/s"), _figure(row, "plain images/s")
+    assert _ratio_agrees_with_its_header(row, "brisk / plain", brisk_median, plain_median) == 0.976
+    assert row["round ratios"] == "0.711, 1.173, 0.976", "in round order, each round's brisk / plain"
+
+
+def test_pipeline_table_ratios_are_what_their_header_says():
+    """The pipeline's ratios are medians of round ratios too; from known passes, each row agrees with its header."""
+    passes = {"classic": [100.0, 80.0, 120.0], "brisk": [1500.0, 2400.0, 2000.0], "brisk_resident": [3000, 2000, 2600]}
+    sides = {name: iter(values).__next__ for name, values in passes.items()}  # in_turn changes the order, not the count
+    p = pipeline._rounds(sides, 3)
+    p.update(images=1500, batch_size=50, augment={"crop_pad": 4}, device="cpu", workers=2)
+    table = report.pipeline(p)
+    classic = _figure(_row_of(table, "classic: PIL per sample, 2 DataLoader workers"), "images/s")
+    for first, name in (
+        ("brisk: uint8 tensor, batched ops", "brisk"),
+        ("brisk, data.resident on cpu", "brisk_resident"),
+    ):
+        row = _row_of(table, first)
+        ratio = _ratio_agrees_with_its_header(row, "vs classic", _figure(row, "images/s"), classic)
+        expected = statistics.median(b / c for b, c in zip(passes[name], passes["classic"], strict=True))
+        assert ratio == pytest.approx(expected, abs=0.05) and len(row["round ratios"].split(",")) == 3
+
+
+def test_a_part_prints_a_progress_line_per_round(tiny_bench, capsys):
+    """A part that takes minutes says how far it is, on stderr (stdout holds the tables), one line per round."""
+    overhead.compare(tiny_bench, warmup=1, steps=2, rounds=2, data=DataCache(), label="overhead simple_cnn")
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.startswith("bench: ")]
+    assert [line.split(" at ")[0].split(",")[0] for line in lines] == [
+        "bench: overhead simple_cnn round 1/2",
+        "bench: overhead simple_cnn round 2/2",
+    ], err[-2000:]
+    assert all(re.search(r", load \d+\.\d$", line) for line in lines) and "bench: " not in out
 
 
 def test_window_times_only_the_steps_after_the_warmup():
@@ -236,7 +321,7 @@ def test_a_stopped_lab_fit_says_the_bench_is_run_again_not_resumed(fit, brisk_ro
     assert "ckpt_path=last" not in err
 
 
-def test_speedrun_part_tables_every_row_and_keeps_the_unreached(brisk_root):
+def test_speedrun_part_tables_every_row_and_keeps_the_unreached(brisk_root, capsys):
     """The ablation end to end, tiny, in process: a row that never reaches the target is in the table as not
     reached, and the cost per step comes from a like-for-like comparison."""
     bench = compose_bench([], brisk_root).bench
@@ -260,6 +345,19 @@ def test_speedrun_part_tables_every_row_and_keeps_the_unreached(brisk_root):
     assert "| all on | 1/1 |" in table and f"{s['cost_per_step']['median_ms']:.3f} ms" in table
     without = s["cost_per_step_without_fast_loop"]
     assert len(without["per_round_ms"]) == 1 and "fast_loop=false (plain Lightning" in table
+    # A progress line per fit and per round of the cost per step (the part took over 4 min at load 4-5, issue 41).
+    progress = [
+        line.split(" at ")[0].split(", load")[0]
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("bench: ")
+    ]
+    assert progress == [
+        "bench: speedrun fit 1/3: all on, seed 0",
+        "bench: speedrun fit 2/3: whitening off, seed 0",
+        "bench: speedrun fit 3/3: training off, seed 0",
+        "bench: speedrun cost per step round 1/1",
+        "bench: speedrun cost per step, fast_loop=false, round 1/1",
+    ]
 
 
 def test_breakdown_counts_what_each_component_adds(brisk_root):
