@@ -22,7 +22,7 @@ from brisk.data import splits
 from brisk.data.augment_ops import Augmentation
 from brisk.data.loader import TensorBatchLoader
 from brisk.data.resident import place as place_resident
-from brisk.errors import BriskError, check, check_flag
+from brisk.errors import check, check_flag
 from brisk.utils.config import plain
 from brisk.utils.threads import small_ops
 
@@ -210,11 +210,7 @@ class TensorDataModule(L.LightningDataModule):
         return self.trainer.world_size if self.trainer is not None else 1
 
     def per_device(self, global_batch: int, key: str) -> int:
-        if global_batch % self.world_size:
-            raise BriskError(
-                f"{key}={global_batch} does not split across {self.world_size} processes. "
-                f"Use a multiple of {self.world_size}."
-            )
+        # that it splits evenly is checked once, before any process starts (brisk.run.checks.batch_split)
         return global_batch // self.world_size
 
     def _loader(self, split: str, train: bool) -> TensorBatchLoader:

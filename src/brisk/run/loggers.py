@@ -14,6 +14,7 @@ from lightning.pytorch.loggers import WandbLogger
 
 from brisk.errors import BriskError, first_line
 from brisk.registry import LOGGERS, PROFILERS
+from brisk.run import mlflow_store
 
 # Lightning's own; each imports its package (mlflow, wandb, tensorboard) only when a run builds it.
 LOGGERS.register("csv", loggers.CSVLogger)
@@ -27,13 +28,16 @@ PROFILERS.register("pytorch", profilers.PyTorchProfiler)
 
 def check(key: str, spec: Mapping[str, Any]) -> None:
     """Refuse, as the logger at `key` is built, what would fail it only inside the fit, in a traceback: a folder it
-    cannot make or write (its save_dir, or wandb's dir), and wandb online without a key."""
+    cannot make or write (its save_dir, or wandb's dir), wandb online without a key, an mlflow tracking server that
+    does not answer or an mlflow store that is not one. A new mlflow sqlite store is made here, once (mlflow_store)."""
     for name in ("save_dir", "dir"):
         if spec.get(name) is not None:
             _writable(f"{key}.{name}", spec[name])
     kind = spec.get("type")
     if kind in LOGGERS and issubclass(LOGGERS.get(kind), WandbLogger):
         _wandb_key(key, spec)
+    if kind in LOGGERS and issubclass(LOGGERS.get(kind), loggers.MLFlowLogger):
+        mlflow_store.check(key, spec)
 
 
 def _writable(key: str, folder: object) -> None:
