@@ -13,6 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from brisk.search.trials import RUN_DIR
+from brisk.utils import run_files
 from brisk.utils.files import published, write_text
 
 log = logging.getLogger("brisk")
@@ -65,8 +66,10 @@ def run_dirs(sweep_dir: Path) -> list[Path] | None:
     path = Path(sweep_dir) / "optimization_results.yaml"
     if not path.is_file():
         return None
-    listed = OmegaConf.to_container(OmegaConf.load(path)).get("trials") or []
-    return [Path(t["run_dir"]) for t in listed if t.get("run_dir")] or None
+    loaded = run_files.load_yaml(path, "a search's results")  # data: no aliases, no ${...}, bounded
+    listed = loaded.get("trials") if isinstance(loaded, dict) else None
+    dirs = [t["run_dir"] for t in listed or [] if isinstance(t, dict) and isinstance(t.get("run_dir"), str)]
+    return [Path(d) for d in dirs] or None
 
 
 def importances(study) -> dict[str, float]:
