@@ -30,7 +30,7 @@ def pipeline(p: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     rates = [p["classic_images_per_sec"], p["brisk_images_per_sec"], p["brisk_resident_images_per_sec"]]
     _bars(ax, ["classic (PIL)", "brisk", "brisk, resident"], rates, ["#999", "#2a7", "#27a"])
-    # The bars are medians; the ratio is the median of the rounds' ratios, not theirs (issue 41), so say which.
+    # The bars are medians; the ratio is the median of the rounds' ratios, not the bars' ratio, so the title says which.
     ax.set_title(
         f"Input pipeline, batch {p['batch_size']}: brisk {p['ratio']:.1f}x classic ({MEDIAN_OF_ROUNDS})",
         fontsize=10,

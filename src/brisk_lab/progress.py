@@ -1,7 +1,7 @@
 """The lab's progress lines, on stderr: stdout carries the tables and ends with the run folder.
 
-A part runs for minutes with nothing to show until its table (issue 41: `preset=quick` had not finished after
-7 minutes on a busy 2-core machine, `bench.run=[speedrun] bench.speedrun.parts=null` not after 4 at load 4-5).
+A part runs for minutes with nothing to show until its table (`preset=quick` can run past 7 minutes on a busy 2-core
+machine, `bench.run=[speedrun] bench.speedrun.parts=null` past 4 at load 4-5).
 One line per round or fit says how far it is; the load average beside it says why it may be slow.
 """
 

@@ -8,7 +8,8 @@ from brisk import table_cell
 from brisk_lab.stats import round_ratios
 
 # A ratio column holds the median of the rounds' own ratios (stats.paired_ratio), which can differ from the ratio of
-# the medians beside it (issue 41: 176 / 197 = 0.89 beside 0.976); the header says so, and the rounds are printed.
+# the medians beside it (medians of 197 and 176 images/s, 0.89, beside a round median of 0.976 in one quick-preset
+# run); the header says so, and the rounds are printed.
 MEDIAN_OF_ROUNDS = "median of round ratios"
 
 

@@ -17,8 +17,9 @@ def round_ratios(numerator: list[float], denominator: list[float]) -> list[float
 def paired_ratio(numerator: list[float], denominator: list[float]) -> float:
     """The median of round-by-round ratios: rounds run back to back, so a machine that slows down
     (other jobs, heat) slows both sides of a round alike and the ratio keeps its meaning. It is not the ratio of
-    the two sides' medians, and can differ from it by more than the rounding of a table (issue 41: medians of 197 and
-    176 images/s, a ratio of 0.89, beside a median round ratio of 0.976): the tables name it and print its rounds."""
+    the two sides' medians, and can differ from it by more than the rounding of a table (in one quick-preset run,
+    medians of 197 and 176 images/s, a ratio of 0.89, beside a median round ratio of 0.976): the tables name it and
+    print its rounds."""
     return median(round_ratios(numerator, denominator))
 
 

@@ -64,19 +64,6 @@ CASES = {
     "warmup_start_nan": _args("scheduler=warmup_linear", "+scheduler.start=nan", needles=("scheduler.start=nan",)),
     "warmup_longer_than_the_run": _args("scheduler=warmup_linear", "scheduler.warmup=5", needles=("scheduler.warmup",)),
 }
-# Cases the run directory's removal covers, that still end in a traceback or a line that does not name the key:
-# their own refusal is the config checks' to give (issue 42, class 6). Once one is refused in its line, this test
-# fails until the case leaves this set. Empty: each case above is refused in its line; a new late case starts here.
-NOT_YET_ONE_LINE: set[str] = set()
-# Refused only after the first step (or not at all): a run that has trained keeps its directory, so these leave one
-# until a check refuses them before the fit. Strict: the day one passes, it leaves this set. Empty, as the one above.
-AFTER_THE_FIRST_STEP: set[str] = set()
-
-
-def _marked(case: str):
-    if case in AFTER_THE_FIRST_STEP:
-        return pytest.param(case, marks=pytest.mark.xfail(strict=True, reason="refused after the first step"))
-    return case
 
 
 def _base(overrides: list[str]) -> list[str]:
@@ -99,7 +86,7 @@ def wandb_without_an_account(tmp_path_factory, monkeypatch):
     wandb.teardown()  # its service process, were one started, would outlive the test
 
 
-@pytest.mark.parametrize("case", [_marked(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES)
 def test_a_refusal_before_the_first_step_leaves_no_run(case, project, capsys, monkeypatch, restore_logging, request):
     if case == "wandb_without_a_key":
         pytest.importorskip("wandb")
@@ -113,14 +100,7 @@ def test_a_refusal_before_the_first_step_leaves_no_run(case, project, capsys, mo
     assert proc.returncode != 0, "not refused"
     assert not (project / RUNS).exists(), f"left behind: {sorted(tree(project / RUNS))}"
     assert tree(project) == before, "a refused run wrote, removed or changed files"
-    if case not in NOT_YET_ONE_LINE:
-        assert_user_error(proc, *needles)
-        return
-    try:
-        assert_user_error(proc, *needles)
-    except AssertionError:
-        pytest.xfail("its directory is removed; its refusal in one line is still to come")
-    pytest.fail(f"{case} is refused in one line now: take it out of NOT_YET_ONE_LINE ({proc.stderr.strip()[-300:]})")
+    assert_user_error(proc, *needles)
 
 
 def test_a_run_refused_after_its_first_step_keeps_its_directory(project, capsys, monkeypatch, restore_logging):
