@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from brisk.checkpoints import restore
 from brisk.cli import entry_point
-from brisk.data.images import EXTENSIONS, Keys, list_images, loop_error, prepare_images
+from brisk.data.images import EXTENSIONS, Keys, check_max_pixels, list_images, loop_error, prepare_images
 from brisk.deploy.onnx import normalization
 from brisk.errors import BriskError
 from brisk.run import checks
@@ -142,6 +142,7 @@ class CsvWriter(BasePredictionWriter):
 def predict(cfg: DictConfig) -> Path:
     # seed and trainer.* by brisk-train's rules, then predict's own; devices, with the run's data, in build_trainer
     checks.values(cfg, checks.PREDICT)
+    check_max_pixels("max_pixels", cfg.max_pixels)
     L.seed_everything(cfg.seed, workers=True)
     paths = find_inputs(str(cfg.inputs))
     run_cfg, model, checkpoint = restore.load_run(cfg)

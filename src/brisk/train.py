@@ -12,7 +12,7 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from brisk.callbacks import RunStart
+from brisk.callbacks.run_start import RunStart
 from brisk.checkpoints.paths import checkpoint_to_test
 from brisk.cli import entry_point
 from brisk.run import checks, launch, loggers, precision, preflight, resume, rundir
@@ -22,7 +22,7 @@ from brisk.utils.ranks import first_process
 
 
 def train(cfg: DictConfig, run: rundir.Run) -> float | None:
-    checks.validate(cfg)  # before seeding too: seed_everything raises on a seed out of range
+    checks.validate(cfg)  # what only this machine can say; before seeding too: seed_everything refuses a bad seed
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     resumed = resume.resolve(cfg, run_dir)  # a resume is first compared with its run's config
     if resumed.finished:
@@ -33,14 +33,20 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
         return None
     L.seed_everything(cfg.seed, workers=True)
     datamodule = build_datamodule(cfg)
-    if first_process():  # the other ranks of a job share what the first one checked
-        preflight.check(cfg, datamodule)
+    # The run's only build of the net, before any data is read: it needs only the class names, and what the model
+    # refuses (an optimizer's weight_decay) is refused in a second, not after the data.
+    model = build_model(cfg, datamodule)
+    if first_process():  # one process checks the folders and prepares the data; the job's other ranks share them
+        preflight.folders(cfg)  # before anything is written
+        preflight.room(cfg, model)  # one checkpoint of this model fits in each checkpoint folder
+        datamodule.prepare_data()  # download, generate or cache (Lightning's contract: one process)
+    datamodule.setup("fit")  # loading: the splits are read here, once, and kept for the fit and the test
+    datamodule.setup("test")  # a damaged test split is found now, not after the whole fit
     target = cfg.get("target_acc")
     # The run starts at its first optimizer step, when RunStart writes its record: what the fit refuses before that
     # leaves no run directory (brisk.run.rundir). Last, so it marks the step after every other callback's batch end.
     started = RunStart(record.write if (record := run.record(cfg)) else None)
     trainer = launch.on_all_ranks(lambda: make_trainer(cfg, [*always_on(target), started]))  # starts other ranks
-    model = build_model(cfg, datamodule)
     precision.report(cfg.trainer.precision, str(cfg.trainer.accelerator), trainer)
 
     start = time.perf_counter()

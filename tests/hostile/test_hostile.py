@@ -187,7 +187,6 @@ CASES = {
     "batch_larger_than_split": _args(
         "data.batch_size=1600", needles=("data.batch_size=1600", "1500 images", "data.val_size=500")
     ),
-    "model_too_big_for_the_disk": _args("model.net.width=1000000", needles=("GB free", "checkpoint", "dirpath")),
     # resuming
     "last_without_run_dir": _args("ckpt_path=last", needles=("ckpt_path=last", "hydra.run.dir=")),
     "missing_checkpoint_file": _args("ckpt_path=nowhere.ckpt", needles=("ckpt_path=nowhere.ckpt", "no such file")),

@@ -283,6 +283,14 @@ def _fills_while_written(root: Path):
     return args, (f"data.cache_dir={cache}", "the disk filled up while the image cache of", "bigger disk")
 
 
+def _checkpoints_on_a_small_filesystem(root: Path):
+    """A width-64 net, whose checkpoint (weights and two optimizer states) takes about 4.5 MB, for checkpoints on a
+    filesystem of 1 MB: refused by the size of the one model the run builds, before anything is written."""
+    small = _tmpfs(root)
+    args = [*BASE, "model.net.width=64", f"callbacks.model_checkpoint.dirpath={small}"]
+    return args, (f"callbacks.model_checkpoint.dirpath={small}", "GB free", "one checkpoint of this model")
+
+
 def _declared_bomb(root: Path):
     folder(root / "images", per_class=3, classes=CLASSES)
     bomb = declared_png(root / "images" / "train" / "dog" / "bomb.png", 60000, 60000)  # 1.8 KB, 10.8 GB decoded
@@ -316,6 +324,7 @@ REFUSED = {
     "cache_larger_than_the_disk": _more_than_the_disk,
     "cache_larger_than_a_small_filesystem": _small_filesystem,
     "filesystem_full_while_the_cache_is_written": _fills_while_written,
+    "checkpoints_on_a_small_filesystem": _checkpoints_on_a_small_filesystem,
     "image_declares_60000x60000": _declared_bomb,
     "max_pixels_zero": _values("data.max_pixels=0", needles=("data.max_pixels=0", "in 1..")),
     "max_pixels_above_pillows_own": _values(

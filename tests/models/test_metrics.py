@@ -11,7 +11,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from brisk.models import ImageClassifier
 from brisk.models.metrics import ClassMetrics, cost
 from brisk.models.nets import SimpleCNN
-from helpers import TINY, bare_trainer, main_in_process
+from brisk.registry import NETS
+from helpers import TINY, bare_trainer, main_in_process, read_summary
 
 # 3 classes, 10 images in two batches. Confusion (rows: true, columns: predicted): [[2,1,0],[0,1,1],[1,1,3]].
 Y = [0, 0, 0, 1, 1, 2, 2, 2, 2, 2]
@@ -85,18 +86,42 @@ def layer_flops(net: torch.nn.Module, size: int) -> int:
 
 
 @pytest.mark.parametrize("size", [32, 64])
-def test_params_and_flops_are_those_of_the_real_net(size):
-    got = cost({"type": "simple_cnn", "width": 8}, num_classes=10, image_size=size)
-    real = SimpleCNN(num_classes=10, width=8)
-    assert got["params"] == sum(p.numel() for p in real.parameters())
-    assert got["flops_per_image"] == layer_flops(real, size) > 0
+def test_params_and_flops_are_those_of_the_real_net_which_is_left_as_it_was(size):
+    torch.manual_seed(0)
+    net = SimpleCNN(num_classes=10, width=8).train()
+    before, rng = {k: v.clone() for k, v in net.state_dict().items()}, torch.get_rng_state()
+    got = cost(net, image_size=size)
+    assert all(m.training for m in net.modules())  # each module's mode put back
+    # weights, BatchNorm statistics and the RNG as they were: bitwise resume depends on it
+    assert torch.equal(rng, torch.get_rng_state())
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+    assert got["params"] == sum(p.numel() for p in net.parameters())
+    assert got["flops_per_image"] == layer_flops(net, size) > 0
 
 
-def test_lightning_s_printed_summary_counts_the_flops_of_one_image(brisk_root, capsys):
-    """Lightning's own summary says "Total FLOPs: 0" without an example input; brisk's counts one image."""
+@NETS.register("counted_cnn")  # SimpleCNN that counts how often a run builds it
+class CountedCNN(SimpleCNN):
+    builds = 0
+
+    def __init__(self, num_classes: int = 10, width: int = 32, norm: bool = True, dropout: float = 0.0) -> None:
+        type(self).builds += 1
+        super().__init__(num_classes=num_classes, width=width, norm=norm, dropout=dropout)
+
+
+def test_a_run_builds_its_net_once_and_counts_its_flops_once_for_the_table_and_the_summary(brisk_root, capsys):
+    """Lightning's own summary says "Total FLOPs: 0" without an example input; brisk's counts one image, and
+    summary.json gives the same count: both from the one net the run built, never from a second build."""
+    run = brisk_root / "sum"
     args = [*TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.limit_val_batches=1"]
-    args += ["trainer.enable_model_summary=true", "callbacks.progress_bar=null", f"hydra.run.dir={brisk_root}/sum"]
-    assert main_in_process("train", args, brisk_root) == 0
+    args += ["model.net.type=counted_cnn", "trainer.enable_model_summary=true", "callbacks.progress_bar=null"]
+    CountedCNN.builds = 0
+    assert main_in_process("train", [*args, f"hydra.run.dir={run}"], brisk_root) == 0
+    assert CountedCNN.builds == 1
     out = capsys.readouterr().out
-    flops = cost({"type": "simple_cnn", "width": 8}, 10, 32)["flops_per_image"]
+    flops = cost(SimpleCNN(num_classes=10, width=8), 32)["flops_per_image"]
     assert flops > 0 and f"Total FLOPs: {get_human_readable_count(flops)}" in out, out
+    summary = read_summary(run)
+    assert (summary["flops_per_image"], summary["params"]) == (
+        flops,
+        sum(p.numel() for p in SimpleCNN(width=8).parameters()),
+    )

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 
 import lightning as L
 import pytest
@@ -232,3 +233,20 @@ def test_the_finetune_recipe_composes(project):
     assert (cfg.model.net.name, cfg.model.net.weights) == ("resnet18.a1_in1k", "/w.safetensors")
     assert cfg.model.backbone_lr_mult == 0.1 and cfg.optimizer.type == "adamw"
     assert cfg.scheduler.type == "cosine"
+
+
+def test_a_run_reads_the_weights_file_once_and_says_nothing_of_meta_parameters(weights, project, capsys):
+    """The net is built once a run: the file is read once (opens counted by an audit hook, which stays for the
+    session, so it counts only this test's file), and no meta-device build copies the weights into nothing, with
+    torch's warning per tensor that reads as if the weights had not loaded."""
+    path, _ = weights
+    opens = []
+    sys.addaudithook(lambda event, args: opens.append(args) if event == "open" and str(args[0]) == str(path) else None)
+    args = [*TIMM, *FIT[:3], f"model.net.weights={path}", "callbacks.progress_bar=null"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main_in_process("train", [*args, "trainer.enable_model_summary=true"], project) == 0
+    assert len(opens) == 1, opens
+    said = capsys.readouterr()
+    shown = [str(w.message) for w in caught] + [said.out, said.err]
+    assert not [m for m in shown if "meta parameter" in m], shown

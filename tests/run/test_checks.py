@@ -9,8 +9,9 @@ import lightning as L
 import pytest
 import torch
 
+from brisk.data.checks import augment_fits
 from brisk.errors import BriskError
-from brisk.run import checks, precision, preflight
+from brisk.run import checks, precision
 from brisk.run.builder import build_datamodule
 from brisk.run.prepare import build_trainer
 from helpers import TINY, assert_user_error, compose_cfg, run_cli
@@ -137,6 +138,17 @@ def test_augment_sizes_follow_the_images(key, brisk_root):
     """crop_pad and cutout_size are pixels of the images the data delivers, not CIFAR-10's 32 for every dataset."""
     cfg = compose_cfg([*TINY, "augment=strong", f"data.augment.{key}=33"], brisk_root)
     checks.validate(cfg)  # no cap before the data says its size
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare_data()
     with pytest.raises(BriskError, match=rf"data.augment.{key}=33 is larger than the images, which are 32x32"):
-        preflight.data(cfg, build_datamodule(cfg))
-    preflight.augment_sizes(cfg, side=64)  # the same value on 64-pixel images (an image folder's image_size=64)
+        datamodule.setup("fit")
+    augment_fits({key: 33}, side=64)  # the same value on 64-pixel images (an image folder's image_size=64)
+
+
+def test_a_batch_larger_than_the_training_split_is_refused_where_training_batches_it(brisk_root):
+    cfg = compose_cfg([*TINY, "data.batch_size=1600"], brisk_root)  # 2000 images, 500 held out for validation
+    datamodule = build_datamodule(cfg)
+    datamodule.prepare_data()
+    datamodule.setup("fit")  # a look at the data (+show=augment) needs no whole batch
+    with pytest.raises(BriskError, match="data.batch_size=1600 is larger than the training split: 1500 images"):
+        datamodule.train_dataloader()

@@ -45,7 +45,7 @@ class CropFlip:
     each image mirrored in every other epoch, airbench's derandomized flip, brisk.data.loader), in one copy."""
 
     def __init__(self, crop_pad: int = 0, flip: bool | str = False) -> None:
-        # at most the image size: brisk.run.preflight, once the data says it
+        # at most the image size: checked at setup, once the data says it (brisk.data.checks)
         check("data.augment.crop_pad", crop_pad, lambda v: v >= 0, "a whole number >= 0 (pixels)", int)
         if flip not in (True, False, "alternate"):
             raise BriskError(f"data.augment.flip={flip!r} must be true, false or alternate.", "data.augment.flip")

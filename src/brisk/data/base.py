@@ -20,6 +20,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from brisk.data import augment as aug
 from brisk.data import splits
 from brisk.data.augment_ops import Augmentation
+from brisk.data.checks import augment_fits, batch_fits, read_errors, readable_folder, say_dropped
 from brisk.data.loader import TensorBatchLoader
 from brisk.data.resident import place as place_resident
 from brisk.errors import check, check_flag
@@ -121,6 +122,9 @@ class TensorDataModule(L.LightningDataModule):
         images, _ = self._read_train()
         return splits.channel_stats(images)
 
+    def fetch(self) -> None:
+        """Download, generate or cache what `read` reads; once, in one process (prepare_data). Nothing by default."""
+
     # --- the rest is shared -------------------------------------------------------------------------------
 
     @property
@@ -132,19 +136,28 @@ class TensorDataModule(L.LightningDataModule):
             self._train = self.read("train")
         return self._train
 
+    def prepare_data(self) -> None:
+        """Lightning's hook, run by one process before any `setup`: data.root checked first, then `fetch`."""
+        with read_errors():
+            if self.hparams.get("root") is not None:
+                readable_folder(str(self.hparams.root), "data.root")
+            self.fetch()
+
     def setup(self, stage: str | None = None) -> None:
-        if stage in ("fit", "validate", None) and "train" not in self.splits:
-            self._split_train()
-            self._say_dropped()
-        if stage in ("fit", None) and self.trainer is not None:
-            self._log_each_epoch(self.trainer)
-        if stage in ("test", None) and "test" not in self.splits:
-            test = self.read("test")
-            self.splits["test"] = None if test is None else whole(*test)
-            if test is None:
-                rank_zero_warn(f"{type(self).__name__} has no test split: the test stage is skipped.")
-        if self.mean is None:  # a checkpoint's values, restored later by Lightning, take precedence
-            self.mean, self.std = self.channel_stats()
+        with read_errors():
+            if stage in ("fit", "validate", None) and "train" not in self.splits:
+                self._split_train()
+                augment_fits(self.hparams.augment, self.image_size)
+                say_dropped(len(self.splits["train"].rows), self.hparams.batch_size, self.world_size)
+            if stage in ("fit", None) and self.trainer is not None:
+                self._log_each_epoch(self.trainer)
+            if stage in ("test", None) and "test" not in self.splits:
+                test = self.read("test")
+                self.splits["test"] = None if test is None else whole(*test)
+                if test is None:
+                    rank_zero_warn(f"{type(self).__name__} has no test split: the test stage is skipped.")
+            if self.mean is None:  # a checkpoint's values, restored later by Lightning, take precedence
+                self.mean, self.std = self.channel_stats()
 
     def _split_train(self) -> None:
         images, labels = self._read_train()
@@ -178,19 +191,6 @@ class TensorDataModule(L.LightningDataModule):
         batches = min(batches, limit) if isinstance(limit, int) else max(1, int(batches * limit))
         steps = max(1, batches // trainer.accumulate_grad_batches)
         trainer.log_every_n_steps = min(trainer.log_every_n_steps, steps)
-
-    def _say_dropped(self) -> None:
-        """One line when drop_last leaves more than a tenth of the train split out of every epoch: a 900-image
-        folder at the default batch of 512 trained on 512 images an epoch, and said nothing."""
-        n, global_batch = len(self.splits["train"].rows), self.hparams.batch_size
-        dropped = n - self.train_steps() * global_batch
-        if dropped > n / 10 and (self.trainer is None or self.trainer.is_global_zero):
-            # Fewer than one batch is dropped, so a batch of at most a tenth of the images drops at most a tenth.
-            fix = max(self.world_size, (1 << max(n // 10, 1).bit_length() - 1) // self.world_size * self.world_size)
-            log.warning(
-                f"data.batch_size={global_batch} leaves {dropped} of the {n} training images out of every epoch "
-                f"(drop_last trains whole batches only): use a smaller data.batch_size, e.g. data.batch_size={fix}."
-            )
 
     def _dedup(self, images: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         kept, seen = splits.first_copies(images, rows)
@@ -251,6 +251,8 @@ class TensorDataModule(L.LightningDataModule):
         return self._placed[split][1]
 
     def train_dataloader(self) -> TensorBatchLoader:
+        # where the batch meets the split: showing or evaluating a small folder at the default batch is fine
+        batch_fits(self.hparams.batch_size, len(self.splits["train"].rows), self.hparams.val_size)
         return self._loader("train", train=True)
 
     def val_dataloader(self) -> TensorBatchLoader | list:

@@ -55,7 +55,7 @@ class CIFAR10DataModule(_CifarFormat):
     def class_names(self) -> list[str]:
         return list(cf.CLASS_NAMES)
 
-    def prepare_data(self) -> None:
+    def fetch(self) -> None:
         if cf.is_present(self.folder):
             return
         cf.check_not_partial(self.folder)
@@ -93,5 +93,5 @@ class SyntheticDataModule(_CifarFormat):
     def class_names(self) -> list[str]:
         return [f"class_{i}" for i in range(cf.NUM_CLASSES)]
 
-    def prepare_data(self) -> None:
+    def fetch(self) -> None:
         syn.write(self.folder, **self.hparams.synthetic)

@@ -19,8 +19,8 @@ import torch
 
 from brisk.data import image_cache
 from brisk.data.base import TensorDataModule
-from brisk.data.images import EXTENSIONS, PILLOW_PIXELS, scan
-from brisk.errors import BriskError, check, check_flag
+from brisk.data.images import EXTENSIONS, check_max_pixels, scan
+from brisk.errors import BriskError, check_flag
 from brisk.registry import DATASETS
 
 log = logging.getLogger("brisk")
@@ -52,14 +52,7 @@ class ImageFolderDataModule(TensorDataModule):
             raise BriskError("data.root is not set: brisk-train data=image_folder data.root=<folder with train/ in it>")
         if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
             raise BriskError(f"data.image_size={image_size} must be a whole number of pixels >= 1, e.g. 32.")
-        # above Pillow's own bound the setting would do nothing
-        check(
-            "data.max_pixels",
-            max_pixels,
-            lambda v: 1 <= v <= PILLOW_PIXELS,
-            f"a whole number in 1..{PILLOW_PIXELS}",
-            int,
-        )
+        check_max_pixels("data.max_pixels", max_pixels)
         check_flag("data.skip_bad", skip_bad)
         self._folders: dict[str, tuple[Path, dict] | None] = {}
         self._loaded: dict[str, tuple[torch.Tensor, torch.Tensor, dict] | None] = {}
@@ -145,8 +138,8 @@ class ImageFolderDataModule(TensorDataModule):
             self._folders[split] = image_cache.build(self.cache_dir, name, source, self.settings)
         return self._folders[split]
 
-    def prepare_data(self) -> None:
-        # Lightning calls this on one process per node, before setup: the ranks then only map the files.
+    def fetch(self) -> None:
+        # One process per node, before setup (prepare_data): the ranks then only map the files.
         for split in SPLITS:
             self._cache(split)
 

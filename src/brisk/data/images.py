@@ -30,7 +30,7 @@ from PIL import Image
 from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms.v2 import functional as TF
 
-from brisk.errors import BriskError
+from brisk.errors import BriskError, check
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 # What a file may hold, whatever its name says (a GIF saved as .png is common). Pillow tries no other of its
@@ -39,6 +39,11 @@ FORMATS = ("PNG", "JPEG", "WEBP", "BMP", "GIF")
 WINDOW = 256
 # Where Pillow's own bound stops Image.open (DecompressionBombError): a max_pixels above it would never apply.
 PILLOW_PIXELS = 2 * Image.MAX_IMAGE_PIXELS
+
+
+def check_max_pixels(key: str, value: object) -> None:
+    """A bound on declared pixels (width x height) that applies: at least 1, at most Pillow's own."""
+    check(key, value, lambda v: 1 <= v <= PILLOW_PIXELS, f"a whole number in 1..{PILLOW_PIXELS}", int)
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,11 @@ step never touches them."""
 
 from __future__ import annotations
 
-import warnings
+import logging
 from typing import Any
 
 import torch
+from torch.func import functional_call
 from torch.utils.flop_counter import FlopCounterMode
 from torchmetrics import MetricCollection
 from torchmetrics.classification import (
@@ -21,7 +22,7 @@ from torchmetrics.classification import (
     MulticlassRecall,
 )
 
-from brisk.registry import NETS
+log = logging.getLogger("brisk")
 
 TOP_K = 5
 
@@ -76,18 +77,27 @@ class ClassMetrics(torch.nn.Module):
         }
 
 
-def cost(net: dict, num_classes: int, image_size: int) -> dict[str, int]:
-    """`params` and `flops_per_image` of the net a config builds: torch's FlopCounterMode over one forward of one
-    3 x image_size x image_size image (FLOPs = 2 x multiply-adds of matmuls and convolutions; norms and
-    activations are not counted). The net is built anew on the meta device, so nothing is allocated or computed,
-    and the trained one is left alone: it may be compiled, sharded (FSDP, DeepSpeed) or on another device."""
-    with torch.device("meta"), warnings.catch_warnings():
-        # A net that loads weights (model=timm model.net.weights=...) copies them into meta tensors: a no-op, which
-        # torch reports once per tensor.
-        warnings.filterwarnings("ignore", message=".*non-meta parameter in the checkpoint to a meta parameter")
-        model = NETS.build(net, num_classes=num_classes)
-        x = torch.zeros(1, 3, image_size, image_size)
-    model.eval()
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(x)
-    return {"params": sum(p.numel() for p in model.parameters()), "flops_per_image": counter.get_total_flops()}
+def cost(net: torch.nn.Module, image_size: int) -> dict[str, int | None]:
+    """`params` and `flops_per_image` of `net`: torch's FlopCounterMode over one forward of one 3 x image_size x
+    image_size image (FLOPs = 2 x multiply-adds of matmuls and convolutions; norms and activations are not counted).
+
+    The forward runs on meta stand-ins for the net's parameters and buffers (torch.func.functional_call), so nothing
+    is allocated or computed (test_resnet: 65 ms on a CPU), and the net's weights, BatchNorm statistics and the RNG
+    are as they were: bitwise resume depends on it. In eval mode (one image through BatchNorm), each module's own mode
+    put back after; outside torch.compile, so a compiled net is not compiled again for meta tensors. A net whose
+    forward the meta tensors cannot take gets flops_per_image None, with a warning: the count is a courtesy."""
+    params = sum(p.numel() for p in net.parameters())
+    meta = {name: torch.empty_like(t, device="meta") for name, t in [*net.named_parameters(), *net.named_buffers()]}
+    x = torch.zeros(1, 3, image_size, image_size, device="meta")
+    modes = [(m, m.training) for m in net.modules()]
+    net.eval()
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            torch.compiler.disable(functional_call)(net, meta, (x,))
+    except Exception as e:
+        log.warning("flops_per_image not counted: the net's forward on meta tensors failed: %s", e)
+        return {"params": params, "flops_per_image": None}
+    finally:
+        for module, training in modes:
+            module.training = training
+    return {"params": params, "flops_per_image": counter.get_total_flops()}

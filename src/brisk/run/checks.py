@@ -17,7 +17,6 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from brisk import registry as registry_
 from brisk.checkpoints import paths
 from brisk.data.augment_ops import Augmentation
-from brisk.data.images import PILLOW_PIXELS
 from brisk.errors import BriskError
 from brisk.run import precision
 from brisk.run.builder import check_always_on
@@ -28,8 +27,6 @@ from brisk.utils.config import plain
 INT, NUM, BOOL = "a whole number", "a number", "true or false"
 _ABSENT = object()
 DEVICES = "trainer.devices"
-# An image that declares more pixels (width x height) is a bad file; above Pillow's own bound the setting does nothing.
-MAX_PIXELS = (INT, lambda v: 1 <= v <= PILLOW_PIXELS, f"in 1..{PILLOW_PIXELS}", ())
 # key: (kind, test, what the test asks, other values allowed). A key absent from the config (another
 # model, another dataset) is skipped.
 VALUES = {
@@ -52,7 +49,6 @@ VALUES = {
 PREDICT = {
     "top_k": (INT, lambda v: v >= 1, ">= 1", ()),
     "batch_size": (INT, lambda v: v >= 1, ">= 1", ()),
-    "max_pixels": MAX_PIXELS,
 }
 EXPORT = {
     "export.tolerance": (NUM, lambda v: v >= 0, ">= 0", ()),

@@ -1,6 +1,6 @@
 """A run's steps up to a ready Trainer, all at once, for the commands that need no more (brisk-eval, -predict,
-tune, the lab): the config checked, the disk and data checked on the job's first process, the job's other ranks
-started. brisk-train takes the same steps one by one, with its own in between (see train.py).
+tune, the lab): the config checked, the folders (and, with a model, the room for its checkpoint) checked on the job's
+first process, the job's other ranks started. brisk-train takes the same steps one by one (see train.py).
 """
 
 from __future__ import annotations
@@ -13,21 +13,25 @@ from brisk.run.builder import always_on, build_datamodule, build_model, make_tra
 from brisk.utils.ranks import first_process
 
 
-def build_trainer(
-    cfg: DictConfig, extra_callbacks: list[L.Callback] = (), datamodule: L.LightningDataModule | None = None
-) -> L.Trainer:
-    """A checked Trainer running on all of the job's ranks. `datamodule`, if given, is the one pre-flighted."""
+def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.Trainer:
+    """A checked Trainer running on all of the job's ranks."""
     checks.validate(cfg)  # before anything is built, loaded or launched
     if first_process():  # the other ranks of a job share what the first one checked
-        preflight.check(cfg, datamodule)
+        preflight.folders(cfg)
     return launch.on_all_ranks(lambda: make_trainer(cfg, extra_callbacks))
 
 
 def build(
     cfg: DictConfig, datamodule: L.LightningDataModule | None = None
 ) -> tuple[L.Trainer, L.LightningDataModule, L.LightningModule]:
-    """Trainer (with the callbacks brisk-train always has), DataModule and model, checked and ready to fit.
-    `datamodule`: one already made from this config (the lab reuses what it has read), else a new one."""
-    if datamodule is None:
-        datamodule = build_datamodule(cfg)  # first: the pre-flight checks read the data through it
-    return build_trainer(cfg, always_on(cfg.get("target_acc")), datamodule), datamodule, build_model(cfg, datamodule)
+    """Trainer (with the callbacks brisk-train always has), DataModule and model, checked and ready to fit; the data
+    is checked as it is read, at setup. `datamodule`: one already made from this config (the lab reuses what it has
+    read), else a new one."""
+    checks.validate(cfg)  # before anything is built, loaded or launched
+    datamodule = datamodule if datamodule is not None else build_datamodule(cfg)
+    model = build_model(cfg, datamodule)
+    if first_process():  # the other ranks of a job share what the first one checked
+        preflight.folders(cfg)
+        preflight.room(cfg, model)
+    trainer = launch.on_all_ranks(lambda: make_trainer(cfg, always_on(cfg.get("target_acc"))))
+    return trainer, datamodule, model

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from torchvision.utils import save_image
 
 from brisk.errors import BriskError
-from brisk.run import checks, preflight
+from brisk.run import checks
 from brisk.run.builder import build_datamodule
 
 VIEWS = ("augment",)
@@ -35,8 +35,7 @@ def show(cfg: DictConfig) -> Path:
     L.seed_everything(cfg.seed)
     datamodule = build_datamodule(cfg)
     datamodule.prepare_data()
-    datamodule.setup("fit")
-    preflight.augment_sizes(cfg, datamodule.image_size)
+    datamodule.setup("fit")  # refuses padding or cutout larger than the images (brisk.data.checks)
     images, rows, labels = datamodule.splits["train"]
     columns = min(COLUMNS, len(rows))
     shown = across_classes(labels)[: min(ROWS * columns, len(rows)) // columns * columns]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import platform
@@ -15,13 +14,14 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from brisk.callbacks import SpeedMeter, StartupClock, TimeToAccuracy
+from brisk.callbacks.model_summary import ModelSummary
+from brisk.callbacks.speed_meter import SpeedMeter
+from brisk.callbacks.startup_clock import StartupClock
+from brisk.callbacks.time_to_accuracy import TimeToAccuracy
 from brisk.models import metrics as model_metrics
 from brisk.models.sparsity import sparsity
 from brisk.run import launch
 from brisk.utils.files import write_text
-
-log = logging.getLogger("brisk")
 
 
 def hardware() -> dict[str, Any]:
@@ -51,13 +51,11 @@ def strict(value: Any) -> Any:
     return value
 
 
-def cost(model: L.LightningModule, datamodule: L.LightningDataModule) -> dict[str, int | None]:
-    """`params` and `flops_per_image` of the model's net (brisk.models.metrics.cost). On rank 0 only, at the end."""
-    try:
-        return model_metrics.cost(model.hparams.net, len(datamodule.class_names), datamodule.image_size)
-    except Exception as e:  # a net that cannot be built on the meta device must not cost a finished run its summary
-        log.warning("flops_per_image not counted: building the net on the meta device failed: %s", e)
-        return {"params": sum(p.numel() for p in model.parameters()), "flops_per_image": None}
+def cost(trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningDataModule) -> dict[str, int | None]:
+    """`params` and `flops_per_image`: the count the ModelSummary made at setup, or, in a run without the summary
+    table (trainer.enable_model_summary=false), counted now from the trained net: once a run either way."""
+    counted = next((c.cost for c in trainer.callbacks if isinstance(c, ModelSummary) and c.cost is not None), None)
+    return counted or model_metrics.cost(model.net, datamodule.image_size)
 
 
 def write(path: Path, summary: dict[str, Any]) -> None:
@@ -101,7 +99,7 @@ def of_training(
         "class_names": datamodule.class_names,
         "normalization": {"mean": datamodule.mean, "std": datamodule.std},
         "sparsity": sparsity(model),  # of the tested weights: per conv/linear weight and in total
-        **cost(model, datamodule),  # params, flops_per_image
+        **cost(trainer, model, datamodule),  # params, flops_per_image
         **model.test_report,  # test_per_class, test_confusion_matrix: absent without a test split
         "overrides": list(HydraConfig.get().overrides.task),
         "hardware": hardware(),
