@@ -21,7 +21,6 @@ from brisk.conf import CONFIG_PATH
 from brisk.errors import BriskError, refuse
 from brisk.registry import import_modules
 from brisk.run import launch, rundir
-from brisk.utils.explain import explain
 from brisk.utils.quiet import quiet
 
 
@@ -62,6 +61,8 @@ def user_errors(task):
         except Exception as e:
             # unresolved: an override that holds ${...} is text here, and may be the very error
             overrides = OmegaConf.to_container(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+            from brisk.utils.explain import explain  # only once something went wrong: a run that works never needs it
+
             error = explain(e, cfg, overrides) or out_of_memory(e, cfg)
             if run is not None:
                 run.refused()
@@ -204,6 +205,8 @@ def hydra_entry(hydra_main, primary: str = CONFIG_PATH):
         except KeyboardInterrupt:  # while Hydra composes, before any task
             interrupted()
         except Exception as e:
+            from brisk.utils.explain import explain
+
             if (error := explain(e, overrides=args)) is None:
                 raise
             refuse(error)

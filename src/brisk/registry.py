@@ -26,12 +26,16 @@ HOW = 'register yours with @{registry}.register("<name>") in a module listed in 
 
 
 class Registry:
-    """The entries of one kind. `key` is where a config holds one (errors name it); `home` the brisk module whose
-    import registers the shipped entries, imported on the first lookup, so a run imports only the kinds it builds."""
+    """The entries of one kind. `key` is where a config holds one (errors name it); `home` the brisk packages whose
+    modules register the shipped entries; `shipped` the module each shipped name registers in, so a lookup imports
+    that one module and a run imports only what it builds (a default run: 2 of the 4 net modules, none of the
+    image-folder code). A name the index lacks (a net file dropped into brisk/models/nets/) is found by importing
+    every module of the home packages."""
 
-    def __init__(self, kind: str, key: str, home: str | tuple[str, ...], name: str) -> None:
+    def __init__(self, kind: str, key: str, home: str | tuple[str, ...], name: str, shipped: dict[str, str]) -> None:
         self.kind, self.key, self.name = kind, key, name
         self.home = (home,) if isinstance(home, str) else home
+        self.shipped = shipped
         self.__name__ = name  # as brisk's other public names have
         self._entries: dict[str, Callable] = {}
         self._meta: dict[str, dict[str, Any]] = {}
@@ -63,24 +67,31 @@ class Registry:
                 if not module.name.startswith("_"):
                     importlib.import_module(f"{name}.{module.name}")
 
+    def _find(self, name: object) -> bool:
+        """Whether `name` is registered, importing first the module the index names for it, then, if that does
+        not register it, every module of the home packages."""
+        if not isinstance(name, str):
+            return False
+        if name not in self._entries and name in self.shipped:
+            importlib.import_module(self.shipped[name])
+        if name not in self._entries:
+            self._load(again=True)
+        return name in self._entries
+
     def names(self) -> list[str]:
         self._load()
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
-        self._load()
-        return isinstance(name, str) and name in self._entries
+        return self._find(name)
 
     def meta(self, name: str) -> dict[str, Any]:
-        self._load()
+        self._find(name)
         return self._meta.get(name, {})
 
     def get(self, name: Any, key: str | None = None) -> Callable:
         """The entry registered as `name`; BriskError naming `<key>.type` and the registered names if none is."""
-        self._load()
-        if isinstance(name, str) and name not in self._entries:
-            self._load(again=True)
-        if isinstance(name, str) and name in self._entries:
+        if self._find(name):
             return self._entries[name]
         key = key or self.key
         where = key if key.endswith(f".{name}") else f"{key}.type={name}"  # data.augment.<op> names itself
@@ -171,15 +182,95 @@ def _required(entry: Callable) -> list[inspect.Parameter]:
     return [p for p in parameters if p.kind in kinds and p.default is inspect.Parameter.empty]
 
 
-NETS = Registry("net", "model.net", "brisk.models.nets", "NETS")
-DATASETS = Registry("dataset", "data", "brisk.data", "DATASETS")
-OPTIMIZERS = Registry("optimizer", "optimizer", "brisk.optim", "OPTIMIZERS")
-SCHEDULES = Registry("schedule", "scheduler", "brisk.optim", "SCHEDULES")
+NETS = Registry(
+    "net",
+    "model.net",
+    "brisk.models.nets",
+    "NETS",
+    {
+        "simple_cnn": "brisk.models.nets.simple_cnn",
+        "resnet18": "brisk.models.nets.resnet",
+        "airbench": "brisk.models.nets.airbench",
+        "timm": "brisk.models.nets.timm_net",
+    },
+)
+DATASETS = Registry(
+    "dataset",
+    "data",
+    "brisk.data",
+    "DATASETS",
+    {"cifar10": "brisk.data.cifar", "synthetic": "brisk.data.cifar", "image_folder": "brisk.data.image_folder"},
+)
+OPTIMIZERS = Registry(
+    "optimizer",
+    "optimizer",
+    "brisk.optim",
+    "OPTIMIZERS",
+    {n: "brisk.optim" for n in ("sgd", "adam", "adamw")}
+    | {"muon": "brisk.optim.muon", "sgd_per_1024": "brisk.optim.per_examples"},
+)
+SCHEDULES = Registry(
+    "schedule",
+    "scheduler",
+    "brisk.optim",
+    "SCHEDULES",
+    {"onecycle": "brisk.optim", "step": "brisk.optim"}
+    | {n: "brisk.optim.schedules" for n in ("cosine", "exp_decay", "warmup_linear")},
+)
 # The search's callback lives with the search (brisk.search.report); the rest in brisk.callbacks.
-CALLBACKS = Registry("callback", "callbacks", ("brisk.callbacks", "brisk.search.report"), "CALLBACKS")
-LOGGERS = Registry("logger", "logger", "brisk.run.loggers", "LOGGERS")
-PROFILERS = Registry("profiler", "trainer.profiler", "brisk.run.loggers", "PROFILERS")
-AUGMENTS = Registry("augmentation", "data.augment", "brisk.data", "AUGMENTS")
+CALLBACKS = Registry(
+    "callback",
+    "callbacks",
+    ("brisk.callbacks", "brisk.search.report"),
+    "CALLBACKS",
+    {
+        n: "brisk.callbacks"  # Lightning's, registered in the package
+        for n in ("model_checkpoint", "lr_monitor", "early_stopping", "ema", "swa", "accumulation_schedule")
+    }
+    | {
+        "last_checkpoint": "brisk.callbacks.checkpoint",
+        "lookahead": "brisk.callbacks.lookahead",
+        "plots": "brisk.callbacks.run_plots",
+        "progress_bar": "brisk.callbacks.progress_bar",
+        "prune": "brisk.callbacks.pruning",
+        "optuna_trial": "brisk.search.report",
+    },
+)
+LOGGERS = Registry(
+    "logger",
+    "logger",
+    "brisk.run.loggers",
+    "LOGGERS",
+    dict.fromkeys(("csv", "mlflow", "tensorboard", "wandb"), "brisk.run.loggers"),
+)
+PROFILERS = Registry(
+    "profiler",
+    "trainer.profiler",
+    "brisk.run.loggers",
+    "PROFILERS",
+    dict.fromkeys(("advanced", "pytorch", "simple"), "brisk.run.loggers"),
+)
+AUGMENTS = Registry(
+    "augmentation",
+    "data.augment",
+    "brisk.data",
+    "AUGMENTS",
+    dict.fromkeys(
+        (
+            "color_jitter",
+            "crop_pad",
+            "cutmix_alpha",
+            "cutout_size",
+            "erasing",
+            "flip",
+            "mixup_alpha",
+            "policy",
+            "rotate",
+            "scale",
+        ),
+        "brisk.data.augment_ops",
+    ),
+)
 # What a config builds by name at one place (its key), and in name -> config groups.
 SINGLE = (NETS, DATASETS, OPTIMIZERS, SCHEDULES)
 GROUPS = (CALLBACKS, LOGGERS)

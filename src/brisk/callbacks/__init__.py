@@ -1,23 +1,10 @@
 """brisk's callbacks, and the Lightning callbacks conf/callbacks/ picks by name (registered here; brisk's own register
-where they are defined)."""
+where they are defined). Each class is imported on first use (brisk.utils.lazy)."""
 
 from lightning.pytorch import callbacks as lightning_callbacks
 
-from brisk.callbacks.checkpoint import LastCheckpoint
-from brisk.callbacks.divergence_guard import DivergenceGuard
-from brisk.callbacks.lookahead import Lookahead
-from brisk.callbacks.model_summary import ModelSummary
-from brisk.callbacks.progress_bar import ProgressBar
-from brisk.callbacks.pruning import Pruning
-from brisk.callbacks.rank_seed import RankSeed
-from brisk.callbacks.resume_state import ResumeState
-from brisk.callbacks.run_plots import RunPlots
-from brisk.callbacks.run_start import RunStart
-from brisk.callbacks.sigterm_checkpoint import SigtermCheckpoint
-from brisk.callbacks.speed_meter import SpeedMeter
-from brisk.callbacks.startup_clock import StartupClock
-from brisk.callbacks.time_to_accuracy import TimeToAccuracy
 from brisk.registry import CALLBACKS
+from brisk.utils.lazy import exports
 
 CALLBACKS.register("model_checkpoint", lightning_callbacks.ModelCheckpoint)
 CALLBACKS.register("lr_monitor", lightning_callbacks.LearningRateMonitor)
@@ -26,19 +13,21 @@ CALLBACKS.register("ema", lightning_callbacks.EMAWeightAveraging)
 CALLBACKS.register("swa", lightning_callbacks.StochasticWeightAveraging)
 CALLBACKS.register("accumulation_schedule", lightning_callbacks.GradientAccumulationScheduler)
 
-__all__ = [
-    "DivergenceGuard",
-    "LastCheckpoint",
-    "Lookahead",
-    "ModelSummary",
-    "ProgressBar",
-    "RankSeed",
-    "Pruning",
-    "ResumeState",
-    "RunPlots",
-    "RunStart",
-    "SigtermCheckpoint",
-    "SpeedMeter",
-    "StartupClock",
-    "TimeToAccuracy",
-]
+_WHERE = {
+    "DivergenceGuard": ".divergence_guard",
+    "LastCheckpoint": ".checkpoint",
+    "Lookahead": ".lookahead",
+    "ModelSummary": ".model_summary",
+    "ProgressBar": ".progress_bar",
+    "Pruning": ".pruning",
+    "RankSeed": ".rank_seed",
+    "ResumeState": ".resume_state",
+    "RunPlots": ".run_plots",
+    "RunStart": ".run_start",
+    "SigtermCheckpoint": ".sigterm_checkpoint",
+    "SpeedMeter": ".speed_meter",
+    "StartupClock": ".startup_clock",
+    "TimeToAccuracy": ".time_to_accuracy",
+}
+__all__ = list(_WHERE)
+__getattr__, __dir__ = exports(__name__, _WHERE)

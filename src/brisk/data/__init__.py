@@ -1,6 +1,13 @@
-from brisk.data.base import TensorDataModule
-from brisk.data.cifar import CIFAR10DataModule, SyntheticDataModule
-from brisk.data.image_folder import ImageFolderDataModule
-from brisk.data.images import prepare_images
+"""brisk's DataModules and their parts; each public name is imported on first use (brisk.utils.lazy)."""
 
-__all__ = ["CIFAR10DataModule", "ImageFolderDataModule", "SyntheticDataModule", "TensorDataModule", "prepare_images"]
+from brisk.utils.lazy import exports
+
+_WHERE = {
+    "CIFAR10DataModule": ".cifar",
+    "ImageFolderDataModule": ".image_folder",
+    "SyntheticDataModule": ".cifar",
+    "TensorDataModule": ".base",
+    "prepare_images": ".images",
+}
+__all__ = list(_WHERE)
+__getattr__, __dir__ = exports(__name__, _WHERE)

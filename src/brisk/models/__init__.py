@@ -1,3 +1,4 @@
-from brisk.models.classifier import ImageClassifier
+from brisk.utils.lazy import exports
 
 __all__ = ["ImageClassifier"]
+__getattr__, __dir__ = exports(__name__, {"ImageClassifier": ".classifier"})

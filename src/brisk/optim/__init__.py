@@ -1,13 +1,11 @@
 """The optimizers and the schedules conf/optimizer/ and conf/scheduler/ pick by name: torch's, registered here, and
-those brisk adds, registered where they are defined."""
+those brisk adds, registered where they are defined (imported on first use, brisk.utils.lazy)."""
 
 import torch
 from torch.optim import lr_scheduler
 
-from brisk.optim.muon import MuonWithAdamW
-from brisk.optim.per_examples import PerExamplesSGD
-from brisk.optim.schedules import cosine_with_warmup, exp_decay, warmup_linear
 from brisk.registry import OPTIMIZERS, SCHEDULES
+from brisk.utils.lazy import exports
 
 OPTIMIZERS.register("sgd", torch.optim.SGD)
 OPTIMIZERS.register("adam", torch.optim.Adam)
@@ -15,4 +13,12 @@ OPTIMIZERS.register("adamw", torch.optim.AdamW)
 SCHEDULES.register("onecycle", lr_scheduler.OneCycleLR)
 SCHEDULES.register("step", lr_scheduler.StepLR)
 
-__all__ = ["MuonWithAdamW", "PerExamplesSGD", "cosine_with_warmup", "exp_decay", "warmup_linear"]
+_WHERE = {
+    "MuonWithAdamW": ".muon",
+    "PerExamplesSGD": ".per_examples",
+    "cosine_with_warmup": ".schedules",
+    "exp_decay": ".schedules",
+    "warmup_linear": ".schedules",
+}
+__all__ = list(_WHERE)
+__getattr__, __dir__ = exports(__name__, _WHERE)

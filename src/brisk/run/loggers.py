@@ -14,7 +14,6 @@ from lightning.pytorch.loggers import WandbLogger
 
 from brisk.errors import BriskError, first_line
 from brisk.registry import LOGGERS, PROFILERS
-from brisk.run import mlflow_store
 
 # Lightning's own; each imports its package (mlflow, wandb, tensorboard) only when a run builds it.
 LOGGERS.register("csv", loggers.CSVLogger)
@@ -37,6 +36,8 @@ def check(key: str, spec: Mapping[str, Any]) -> None:
     if kind in LOGGERS and issubclass(LOGGERS.get(kind), WandbLogger):
         _wandb_key(key, spec)
     if kind in LOGGERS and issubclass(LOGGERS.get(kind), loggers.MLFlowLogger):
+        from brisk.run import mlflow_store  # only where mlflow logs
+
         mlflow_store.check(key, spec)
 
 

@@ -19,9 +19,8 @@ from typing import Any, NamedTuple
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from brisk.checkpoints import fits, paths, restore
+from brisk.checkpoints import paths
 from brisk.checkpoints.io import nonfinite, peek, resumable
-from brisk.checkpoints.legacy import renamed
 from brisk.errors import BriskError
 from brisk.optim import schedules
 from brisk.run import launch, rundir
@@ -93,6 +92,9 @@ def _say(changes: list[tuple[str, Any, Any]]) -> str:
 def compare(cfg: DictConfig, ckpt: Path, checkpoint: dict) -> str | None:
     """Refuse a resume whose config the checkpoint cannot continue; say the changes it can (logged once every check
     has passed: a log line opens the run's train.log, and a refused resume leaves its run as it was)."""
+    from brisk.checkpoints import restore
+    from brisk.checkpoints.legacy import renamed
+
     hparams = checkpoint.get("hyper_parameters")
     hparams = hparams if isinstance(hparams, dict) else {}
     from_ckpt = renamed({"model": {"net": copy.deepcopy(hparams.get("net"))}})  # an earlier brisk's code paths
@@ -173,6 +175,8 @@ def resolve(cfg: DictConfig, run_dir: Path) -> Resume:
     rundir.claim(run_dir, paths.run_dir_of(ckpt) if found else None)
     if not found:
         return Resume(ckpt_path, None, None)  # a fresh run, or `hpc`, which Lightning finds itself or ignores
+    from brisk.checkpoints import fits  # with compare's imports: what only a resume needs (~400 lines)
+
     # A crafted or damaged file is refused here, before anything is built; so is what is not a regular file (a FIFO
     # would hang Lightning's load).
     checkpoint = peek(ckpt)

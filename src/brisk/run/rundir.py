@@ -41,7 +41,6 @@ from omegaconf import DictConfig, OmegaConf, read_write
 from brisk.checkpoints import paths
 from brisk.errors import BriskError, refuse
 from brisk.run import launch
-from brisk.utils.explain import explain
 from brisk.utils.files import creatable, nearest_existing, write_text
 from brisk.utils.ranks import first_process
 
@@ -91,6 +90,8 @@ def _refusing() -> Iterator[None]:
     try:
         yield
     except Exception as e:  # a BriskError, or a ${...} in the directory's name that cannot be resolved
+        from brisk.utils.explain import explain  # only once something went wrong
+
         if (error := explain(e)) is None:
             raise
         refuse(error)

@@ -74,9 +74,11 @@ def store() -> None:
     # the optimizer and schedule have groups of their own, the class names come from the data (brisk.models.build)
     model = from_signature("Model", ImageClassifier.__init__, ("optimizer", "scheduler", "class_names"))
     store(name="model_schema", node=model)
-    # one per registered callback, each with its `type`: a lever's file starts from its schema (conf/callbacks/ema.yaml)
+    # one per Lightning callback a config picks by name, each with its `type`: a lever's file starts from its schema
+    # (conf/callbacks/ema.yaml). Only those registered in brisk.callbacks itself: a schema of brisk's own callbacks
+    # would import every one of them (pruning, the plots, the search's) into every command.
     from brisk.registry import CALLBACKS
 
-    for name in CALLBACKS.names():
+    for name in (n for n, module in CALLBACKS.shipped.items() if module == "brisk.callbacks"):
         node = from_signature(f"Callback_{name}", CALLBACKS.get(name).__init__, extra={"type": name})
         store(name=f"{name}_callback_schema", node=node)

@@ -5,6 +5,9 @@ sweep_plot.png (the optimized metric against each parameter that differs between
 sweep ends (Hydra's on_multirun_end), the runs' comparison is written (brisk.search.comparison) and the sweep
 folder is the last line printed. brisk's grid sweeper (brisk.search.grid) runs every job even when one fails;
 such a sweep then ends with one line naming the failed jobs, and exit status 1.
+
+Hydra makes this callback for every command, a single run too: what only a sweep uses (the comparison, the plot,
+the search's names) is imported where a sweep uses it.
 """
 
 from __future__ import annotations
@@ -26,11 +29,8 @@ from omegaconf import DictConfig
 
 from brisk import compat
 from brisk.errors import BriskError
-from brisk.search import comparison, results, sweep_plot
-from brisk.search.report import SWEEPER
 from brisk.utils.files import write_text
 from brisk.utils.ranks import first_process
-from brisk.utils.tables import csv_text
 
 log = logging.getLogger("brisk")
 FIELDS = ["job", "status", "metric", "value", "run_dir", "overrides", "error"]
@@ -70,6 +70,8 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if first_process():
+            from brisk.search import results
+
             sweep_dir, searched = Path(config.hydra.sweep.dir), _searched(config)
             # A search compares every trial of its study: a resumed one's earlier trials ran in earlier sweep folders.
             conclude(sweep_dir, exit_on_failure=not searched, runs=results.run_dirs(sweep_dir) if searched else None)
@@ -79,6 +81,8 @@ def conclude(sweep_dir: Path, exit_on_failure: bool = True, runs: list[Path] | N
     """The end of a sweep: its runs' comparison (`runs`, else every run below the sweep folder), the sweep folder
     printed last; then, if jobs failed, one line on stderr naming them and their folders, and exit status 1. Hydra
     turns what a callback raises into a warning, so this prints and exits itself."""
+    from brisk.search import comparison
+
     try:
         comparison.publish(sweep_dir, runs)
     except BriskError as e:  # no job finished: nothing to compare
@@ -100,6 +104,8 @@ def conclude(sweep_dir: Path, exit_on_failure: bool = True, runs: list[Path] | N
 def _searched(config: DictConfig) -> bool:
     """Whether the sweep was brisk's Optuna search, where failed trials are part of searching: it goes on, and
     stops at hydra.sweeper.max_failures with its own error."""
+    from brisk.search.report import SWEEPER
+
     return config.hydra.sweeper.get("_target_") == SWEEPER
 
 
@@ -111,6 +117,9 @@ def _folder(run_dir: str) -> str:
 def append(path: Path, row: dict[str, Any]) -> None:
     """Add a row to the table. Jobs of one sweep may end at the same moment in different processes (joblib,
     submitit), so the read-modify-write holds an exclusive lock on a file beside the table."""
+    from brisk.search import sweep_plot
+    from brisk.utils.tables import csv_text
+
     # A link planted at the lock's fixed name must not create or open a file elsewhere: a real lock is never a
     # link, so one there is removed, and O_NOFOLLOW refuses one planted after that.
     lock_path = path.with_name(f".{path.name}.lock")

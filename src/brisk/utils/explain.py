@@ -34,7 +34,7 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from brisk import compat
+import brisk.compat as compat
 from brisk.errors import BriskError, BuildError, first_line
 from brisk.utils.config import nodes
 

@@ -1,6 +1,7 @@
-from brisk.models.nets.airbench import AirbenchNet
-from brisk.models.nets.resnet import cifar_resnet18
-from brisk.models.nets.simple_cnn import SimpleCNN
-from brisk.models.nets.timm_net import TimmNet
+"""The nets conf/model/ picks by name, each registered where it is defined and imported on first use."""
 
-__all__ = ["AirbenchNet", "SimpleCNN", "TimmNet", "cifar_resnet18"]
+from brisk.utils.lazy import exports
+
+_WHERE = {"AirbenchNet": ".airbench", "SimpleCNN": ".simple_cnn", "TimmNet": ".timm_net", "cifar_resnet18": ".resnet"}
+__all__ = list(_WHERE)
+__getattr__, __dir__ = exports(__name__, _WHERE)
