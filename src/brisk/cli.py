@@ -52,12 +52,12 @@ def user_errors(task):
             result = task(cfg, *args, run=run, **kwargs) if wants_run else task(cfg, *args, **kwargs)
             run.start(cfg)  # entry points that do not mark the start themselves are recorded when done
             return result
-        except KeyboardInterrupt:  # Ctrl-C outside a Trainer stage (inside one, SigtermCheckpoint stops cleanly)
-            interrupted(run)
+        except KeyboardInterrupt as e:  # Ctrl-C outside a Trainer stage (inside one, SigtermCheckpoint stops cleanly)
+            interrupted(run, e)
         except SystemExit as e:
             if not compat.stopped_for_ctrl_c(e):
                 raise
-            interrupted(run)  # inside a stage, before brisk's handler took over: Lightning said exit 1
+            interrupted(run, e.__context__)  # inside a stage, before brisk's handler took over: Lightning said exit 1
         except Exception as e:
             # unresolved: an override that holds ${...} is text here, and may be the very error
             overrides = OmegaConf.to_container(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
@@ -80,13 +80,16 @@ def user_errors(task):
     return wrapper
 
 
-def interrupted(run: rundir.Run | None = None) -> None:
-    """Ctrl-C outside training: nothing to checkpoint. Stop the ranks this process started, exit 130."""
+def interrupted(run: rundir.Run | None = None, e: BaseException | None = None) -> None:
+    """Ctrl-C outside training (or, in a launcher's worker, SIGTERM: brisk.run.jobs.Interrupted): nothing to checkpoint.
+    Stop the ranks this process started, exit 128 + the signal."""
+    signum = getattr(e, "signum", signal.SIGINT)
     launch.stop()
     if run is not None:
         run.refused()  # a run stopped before it started leaves no directory
-    print("brisk: interrupted by SIGINT outside training; no checkpoint written", file=sys.stderr, flush=True)
-    sys.exit(128 + signal.SIGINT)
+    name = signal.Signals(signum).name
+    print(f"brisk: interrupted by {name} outside training; no checkpoint written", file=sys.stderr, flush=True)
+    sys.exit(128 + signum)
 
 
 def out_of_memory(e: BaseException, cfg) -> BriskError | None:

@@ -66,6 +66,7 @@ ALLOWED = [
     "brisk.run",
     "brisk.run.builder",
     "brisk.run.checks",
+    "brisk.run.jobs",
     "brisk.run.launch",
     "brisk.run.loggers",
     "brisk.run.precision",

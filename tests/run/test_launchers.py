@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
 from lightning.pytorch.utilities import rank_zero_only as pytorch_rank_zero_only
 
+from background import background_train
 from brisk.run import launch
 from brisk.run.prepare import build_trainer
 from helpers import SLURM_ENV, TINY, compose_cfg, processes_of, read_summary, run_cli
@@ -127,3 +129,33 @@ def test_two_slurm_tasks_run_a_sweep_job_as_its_two_ranks(project):
     assert most == 2, f"{most} processes: brisk started ranks of its own under SLURM"
     (row,) = check_sweep(project, jobs=1, rank_logs=False)
     assert read_summary(Path(row["run_dir"]))["distributed"]["cluster_environment"] == "SLURMEnvironment"
+
+
+def test_sigterm_to_a_joblib_sweep_stops_every_worker_job_with_its_checkpoint(project):
+    """`kill <pid>` of the sweep the user started: each worker's job stops as a SIGTERM'd run does (one checkpoint,
+    its line), the sweep ends 143 once they have, and no worker trains on. Before, the sweep died at once and both
+    loky workers kept rewriting their last.ckpt."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    sweep = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2"]
+    args = [*sweep, *TINY, "trainer.max_epochs=50", "scheduler=none", "callbacks.progress_bar=null"]
+    with background_train(args, project) as proc:
+        deadline = time.monotonic() + 120
+        while len(ckpts := sorted(project.glob("logs/**/last.ckpt"))) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.output()[1][-3000:]
+            time.sleep(0.2)
+        assert len(ckpts) == 2, "the jobs never checkpointed"
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+        saved = {c: c.stat().st_mtime_ns for c in ckpts}
+        err = proc.output()[1]
+        deadline = time.monotonic() + 10
+        while processes_of(project) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = processes_of(project)
+        time.sleep(3)  # a worker left training rewrites its last.ckpt every epoch (~2 s here)
+    assert proc.returncode == 143, err[-3000:]
+    assert err.strip().splitlines()[-1] == "brisk: interrupted by SIGTERM; 2 running job(s) of the sweep stopped"
+    # Each job's line (a checkpoint, or none mid-validation: the last one is the resume point), then the sweep's.
+    assert err.count("brisk: interrupted by SIGTERM") == 3, err[-3000:]
+    assert left == [], "a worker outlived the sweep"
+    assert {c: c.stat().st_mtime_ns for c in ckpts} == saved, "a worker trained on after the sweep's exit"

@@ -145,3 +145,28 @@ def test_slurm_requeue_signal_to_rank_0_alone_saves_on_every_rank_and_trains_on(
     (hpc,) = run_dir.glob("hpc_ckpt_*.ckpt")
     assert torch.load(hpc, map_location="cpu", weights_only=True)["global_step"] == step
     assert read_summary(run_dir)["global_step"] == 8
+
+
+def test_ctrl_c_while_ddp_ranks_start_ends_130_at_once_with_every_rank(project):
+    """A terminal's Ctrl-C reaches the whole foreground group, rank 1 too, while it is still importing. Rank 0 alone
+    acts on it (the child ranks ignore SIGINT until a Trainer stage takes it) and stops them: before, rank 1 died
+    with a KeyboardInterrupt, rank 0 waited 30 s for it in the rendezvous and was killed, exit 137."""
+    run_dir = project / "run"
+    with background_train([*ARGS, *DDP, f"hydra.run.dir={run_dir}"], project) as proc:
+        deadline = time.monotonic() + 60
+        while len(processes_of(project)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(processes_of(project)) == 2, "rank 1 never started"
+        time.sleep(1.5)  # rank 0 waits in the rendezvous by then, and rank 1 still imports torch (~4 s here)
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
+        proc.wait(timeout=60)
+        out, err = proc.output()
+        deadline = time.monotonic() + 10
+        while processes_of(project) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = processes_of(project)
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("brisk: interrupted by SIGINT"), err[-3000:]
+    assert err.count("brisk: interrupted") == 1
+    assert "Traceback" not in err  # Lightning says "Detected KeyboardInterrupt" when it stops the stage: no more
+    assert left == [], "a rank outlived the job"

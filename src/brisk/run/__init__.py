@@ -1,4 +1,5 @@
 """One run's lifecycle, in the order brisk-train goes through it: `checks` (the config's values), `resume`
 (what a resume continues), `rundir` (the run directory and its record), `builder` (Trainer, DataModule, model),
-`preflight` (disk, folders and data before the first step), `launch` (the other ranks of a DDP job),
+`preflight` (folders, and room for a checkpoint of the built model), `launch` (the other ranks of a DDP job),
+`jobs` (a stop signal reaches the jobs a sweep runs in a launcher's processes),
 `tune` (Lightning's finders instead of training) and `summary` (summary.json)."""

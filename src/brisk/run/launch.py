@@ -30,6 +30,7 @@ from lightning.fabric.plugins.environments.lightning import find_free_network_po
 
 from brisk import compat
 from brisk.checkpoints import paths
+from brisk.run import jobs
 
 log = logging.getLogger("brisk")
 
@@ -59,17 +60,26 @@ def run_id() -> str:
 def _start_time(pid: int) -> float:
     """When process `pid` started (Linux /proc), in seconds since the epoch."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         stat = Path("/proc/stat").read_text().splitlines()
         boot = next(float(line.split()[1]) for line in stat if line.startswith("btime"))
-        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat: starttime in ticks
+        return boot + jobs.stat(pid)[19] / os.sysconf("SC_CLK_TCK")  # field 22 of stat: starttime in ticks
     except (OSError, StopIteration, IndexError, ValueError):
         return time.time()
 
 
-def _die_with_parent() -> None:
-    # A child rank is killed when rank 0 dies, instead of hanging in a collective as an orphan.
+def die_with_parent() -> None:
+    """This process gets SIGKILL when the thread that started it exits (Linux), instead of running on as an orphan."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def _start_child_rank() -> None:
+    die_with_parent()  # killed when rank 0 dies, instead of hanging in a collective as an orphan
+    # A terminal's Ctrl-C reaches every process of its foreground group. Rank 0 alone acts on it and stops the
+    # others (forward_signal, stop); a child rank that took it too would die mid-start with a KeyboardInterrupt,
+    # while rank 0 waits for it in the rendezvous, which no Python handler interrupts. An ignored signal stays
+    # ignored across exec and Python then installs no KeyboardInterrupt handler; SigtermCheckpoint takes SIGINT
+    # again at each Trainer stage, where a copy from the terminal and the one rank 0 forwards count once.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def entry_program(module: str) -> list[str]:
@@ -87,10 +97,15 @@ def started_as(program: list[str], task):
     """`task`, recording for the job's ranks how to start its entry point. The record travels with the
     function (in its closure) to whichever process runs the job."""
 
+    user = os.getpid(), jobs.stat(os.getpid())[19]  # the process the user started: its id and start time
+
     @functools.wraps(task)
     def job(*args, **kwargs):
         _record_entry(program)  # a call, not a `global` write: this function may be unpickled by value
-        return task(*args, **kwargs)
+        if os.getpid() == user[0]:
+            return task(*args, **kwargs)
+        with jobs.in_worker(*user):  # joblib's loky, submitit: the job runs in a launcher's process
+            return task(*args, **kwargs)
 
     return job
 
@@ -103,20 +118,30 @@ def _record_entry(program: list[str]) -> None:
     _entry = program
 
 
-def _child_command(rank: int) -> list[str]:
+def rank_args() -> list[str]:
+    """The arguments to the Python interpreter that run this job again as a single run in its own directory: its entry
+    point, its config and this job's overrides only (no -m, no sweep), in run mode."""
     from hydra.core.hydra_config import HydraConfig
 
     hydra = HydraConfig.get()
     program = _entry or entry_program("__main__")  # no entry point recorded: a script of the user's own
     config_dirs = [s.path for s in hydra.runtime.config_sources if s.provider == "command-line"]
     return [
-        sys.executable,
         *program,
         f"--config-name={hydra.job.config_name}",
         *(f"--config-dir={d}" for d in config_dirs),
-        *hydra.overrides.task,  # this job's overrides only: no -m, no sweep
+        *hydra.overrides.task,
         f'hydra.run.dir="{hydra.runtime.output_dir}"',
-        f"hydra.job.name={hydra.job.name}_rank{rank}",  # its own log file beside rank 0's
+    ]
+
+
+def _child_command(rank: int) -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    return [
+        sys.executable,
+        *rank_args(),
+        f"hydra.job.name={HydraConfig.get().job.name}_rank{rank}",  # its own log file beside rank 0's
         "hydra.job_logging.root.handlers=[file]",  # and only there: the console shows rank 0's lines once
         "hydra.output_subdir=null",  # rank 0 alone writes .hydra/
     ]
@@ -136,7 +161,7 @@ class _Ranks:
         )
         self.procs = [
             subprocess.Popen(
-                _child_command(rank), env={**os.environ, "LOCAL_RANK": str(rank)}, preexec_fn=_die_with_parent
+                _child_command(rank), env={**os.environ, "LOCAL_RANK": str(rank)}, preexec_fn=_start_child_rank
             )
             for rank in range(1, num_processes)
         ]
@@ -229,6 +254,7 @@ def forward_signal(signum: int) -> None:
 def stop() -> None:
     """Kill the ranks this process started at once: rank 0 is stopping outside training, where they can't follow."""
     if _current is not None:
+        _current.done.set()  # their exit is no failure to report
         _current._kill()
 
 

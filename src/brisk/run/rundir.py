@@ -40,7 +40,7 @@ from omegaconf import DictConfig, OmegaConf, read_write
 
 from brisk.checkpoints import paths
 from brisk.errors import BriskError, refuse
-from brisk.run import launch
+from brisk.run import jobs, launch
 from brisk.utils.files import creatable, nearest_existing, write_text
 from brisk.utils.ranks import first_process
 
@@ -72,6 +72,8 @@ class RunDirCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         _checked(config.hydra.sweep, "hydra.sweep.dir")
+        if not config.hydra.launcher.get("_target_", "").endswith(".BasicLauncher"):  # jobs run in other processes
+            jobs.stop_jobs_on_signal()
 
 
 def _checked(node: DictConfig, key: str) -> Path:
