@@ -15,13 +15,14 @@ from omegaconf import DictConfig
 from brisk.callbacks.run_start import RunStart
 from brisk.checkpoints.paths import checkpoint_to_test
 from brisk.cli import entry_point
-from brisk.run import checks, launch, loggers, precision, preflight, resume, rundir
+from brisk.run import checks, launch, loggers, precision, preflight, ranks, resume, rundir
 from brisk.run import summary as run_summary
 from brisk.run.builder import always_on, build_datamodule, build_model, make_trainer
 from brisk.utils.ranks import first_process
 
 
 def train(cfg: DictConfig, run: rundir.Run) -> float | None:
+    ranks.guard()  # a rank of a ranks=elastic job dies with the job
     checks.validate(cfg)  # what only this machine can say; before seeding too: seed_everything refuses a bad seed
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     resumed = resume.resolve(cfg, run_dir)  # a resume is first compared with its run's config
@@ -40,6 +41,8 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
         preflight.folders(cfg)  # before anything is written
         preflight.room(cfg, model)  # one checkpoint of this model fits in each checkpoint folder
         datamodule.prepare_data()  # download, generate or cache (Lightning's contract: one process)
+    if (n := ranks.needed(cfg)) > 1:  # ranks=elastic, more than one process on this node
+        return ranks.run(cfg, run, n)  # TorchElastic starts n ranks that each run train(); this process trains none
     datamodule.setup("fit")  # loading: the splits are read here, once, and kept for the fit and the test
     datamodule.setup("test")  # a damaged test split is found now, not after the whole fit
     target = cfg.get("target_acc")

@@ -70,6 +70,7 @@ ALLOWED = [
     "brisk.run.launch",
     "brisk.run.loggers",
     "brisk.run.precision",
+    "brisk.run.ranks",
     "brisk.run.preflight",
     "brisk.run.resume",
     "brisk.run.rundir",

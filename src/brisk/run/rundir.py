@@ -165,6 +165,8 @@ class Run:
             _existed.pop(key) if key in _existed else (self.dir.parent, self.dir)[any(self.dir.iterdir())]
         )
         existed = self._made_below == self.dir
+        if "BRISK_ELASTIC" in os.environ:  # rank 0 of a `ranks=elastic` job: the job holds the lock (brisk.run.ranks)
+            return
         self._lock = os.open(self.dir, os.O_RDONLY)
         try:
             # On the directory itself: creates no file; the kernel drops it when the process dies (even SIGKILL).

@@ -1,0 +1,145 @@
+"""`ranks=elastic`: a DDP job's ranks on this node started by TorchElastic's agent, not by brisk's own launcher.
+
+The job process trains nothing: its agent (`elastic_launch`) starts each rank with this job's entry point, config and
+overrides again, in run mode, in the job's run directory (brisk.run.launch.rank_args), and waits for them. Lightning
+sees TorchElasticEnvironment in the ranks and starts no more. Measured with torch 2.14.1 and lightning 2.6.6: a
+command entrypoint works under Hydra's basic, joblib and submitit_local launchers (a callable fails under joblib);
+the agent starts each rank in a session of its own, so after SIGKILL of the job a rank trains on unless it set
+PR_SET_PDEATHSIG itself (`guard`); a command returns nothing to the agent, so rank 0's result comes back in
+summary.json. Rank 0's stdout is the console's (a terminal keeps its live progress bar; the run directory stays the
+last line), its stderr goes to a file that the agent copies to the console as it grows, so the job reads what rank 0
+said before it says anything itself; the other ranks write to files only. The files: <run>/ranks/<id>/attempt_0/<rank>/.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+from typing import NoReturn
+
+from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+from omegaconf import DictConfig
+
+from brisk.errors import BriskError
+from brisk.run import checks, launch
+from brisk.run.rundir import Run
+
+ENV = "BRISK_ELASTIC"  # in a rank's environment: the job's process id, its parent
+# The agent's wait between the stop signal it forwards and SIGKILL (torch's default): a rank's checkpoint on SIGTERM
+# (brisk.callbacks.SigtermCheckpoint) must be written by then.
+SHUTDOWN_SECONDS = 30
+
+
+def needed(cfg: DictConfig) -> int:
+    """The processes this job starts on this node under ranks=elastic: its devices where Lightning would start the
+    other ranks by running the script again (ddp, fsdp, deepspeed; not ddp_spawn or fork), 1 where a launcher made
+    them (torchrun, srun), and always 1 under ranks=brisk."""
+    if (who := cfg.get("ranks", "brisk")) != "elastic":
+        if who != "brisk":
+            raise BriskError(f"ranks={who}: choose brisk (brisk's own launcher) or elastic (TorchElastic's).", "ranks")
+        return 1
+    strategy = cfg.trainer.get("strategy", "auto")
+    if isinstance(strategy, DictConfig):
+        spawned = strategy.get("start_method", "popen") != "popen"
+    else:
+        spawned = any(s in str(strategy) for s in ("spawn", "fork", "notebook"))
+    if spawned or TorchElasticEnvironment.detect() or SLURMEnvironment.detect():
+        return 1
+    n = checks.device_count(cfg.trainer)
+    if n > 1 and checks.num_nodes(cfg.trainer) > 1:
+        raise BriskError(
+            f"ranks=elastic starts the ranks of one node, and trainer.num_nodes={cfg.trainer.num_nodes}. Start each "
+            "node with torchrun or srun (docs/distributed.md), or leave ranks out.",
+            "ranks",
+        )
+    return n
+
+
+def guard() -> None:
+    """In a rank of this launch: die with the job. A rank whose job already died gets no signal: it ends here."""
+    if (job := os.environ.get(ENV)) is None:
+        return
+    launch.die_with_parent()
+    if os.getppid() != int(job):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run(cfg: DictConfig, run: Run, nprocs: int) -> float | None:
+    """Train on `nprocs` ranks of this node; return rank 0's `optimized_metric` from its summary.json."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    run.record(cfg)  # composed, not written: rank 0 writes it at its first step, and `run.started` reads the disk
+    redirects = {0: Std.ERR, **{r: Std.ALL for r in range(1, nprocs)}}
+    logs = DefaultLogsSpecs(log_dir=str(run.dir / "ranks"), redirects=redirects, tee={0: Std.ERR})
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nprocs,
+        run_id=run.dir.name,
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",  # a free port of this node's own
+        max_restarts=0,
+        logs_specs=logs,
+        start_method="spawn",
+        role="",  # with this template, rank 0's lines reach the console as they are, with no "[role0]:" before them
+        log_line_prefix_template="${role_name}",
+        shutdown_timeout=SHUTDOWN_SECONDS,
+    )
+    os.environ[ENV] = str(os.getpid())
+    quiet = logging.root.manager.disable
+    logging.disable(logging.ERROR)  # the agent's own lines on a rank's failure or a signal: the job says it in one
+    try:
+        elastic_launch(config, sys.executable)(*launch.rank_args())
+    except ChildFailedError as e:
+        _failed(e, run)
+    except SignalException as e:
+        _stopped(signal.Signals(e.sigval), run)
+    finally:
+        os.environ.pop(ENV, None)
+        logging.disable(quiet)
+    summary = run.dir / "summary.json"
+    if not cfg.get("optimized_metric") or not summary.is_file():
+        return None
+    return json.loads(summary.read_text())["metrics"].get(cfg.optimized_metric)
+
+
+def _said(run: Run, rank: int) -> str:
+    """What local rank `rank` wrote to its stderr.log last: rank 0's went to the console too."""
+    logs = sorted(run.dir.glob(f"ranks/*/attempt_0/{rank}/stderr.log"))
+    return logs[-1].read_text(errors="replace") if logs else ""
+
+
+def _line(text: str) -> str | None:
+    """The last line brisk ends a rank with (an error, a stop signal), or None."""
+    return next((line for line in reversed(text.splitlines()) if line.startswith("brisk: ")), None)
+
+
+def _failed(e, run: Run) -> NoReturn:
+    """A rank failed. A user error (exit 2) ends with its own one line: on the console already where rank 0 said it
+    (its stderr is teed), else read from the rank's stderr.log. Anything else says where the rank's traceback is."""
+    failures = sorted(e.failures.items())  # [(global rank, ProcessFailure)], those the agent saw end first
+    rank, failure = next(((r, f) for r, f in failures if f.exitcode == 2), failures[0])
+    if _line(_said(run, 0)) or (rank == 0 and failure.exitcode == 2):
+        run.refused()
+        sys.exit(2 if failure.exitcode == 2 else 1)
+    if failure.exitcode == 2 and (line := _line(_said(run, failure.local_rank))):
+        raise BriskError(line.removeprefix("brisk: error: "))
+    log = run.dir / "ranks" if rank == 0 else f"{run.dir}/ranks/*/attempt_0/{failure.local_rank}/stderr.log"
+    print(f"brisk: error: rank {rank} failed with exit code {failure.exitcode}; see {log}", file=sys.stderr)
+    run.refused()
+    sys.exit(1)
+
+
+def _stopped(signum: signal.Signals, run: Run) -> NoReturn:
+    """The agent took a stop signal and sent it to the ranks. Rank 0 said where it saved if it was training; before
+    that no rank said anything, and nothing was saved."""
+    if not _line(_said(run, 0)):
+        print(f"brisk: interrupted by {signum.name} before training; no checkpoint written", file=sys.stderr)
+        run.refused()
+    sys.exit(128 + signum)
