@@ -47,7 +47,7 @@ def user_errors(task):
     def wrapper(cfg, *args, **kwargs):
         run = None
         try:
-            run = rundir.Run()
+            run = rundir.Run(rundir.Job.of_hydra())  # what the task's steps need from Hydra, read once
             import_modules(cfg.get("imports"))  # the user's own classes register before anything is built
             result = task(cfg, *args, run=run, **kwargs) if wants_run else task(cfg, *args, **kwargs)
             run.start(cfg)  # entry points that do not mark the start themselves are recorded when done

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 import lightning as L
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from brisk.callbacks.run_start import RunStart
@@ -24,8 +22,8 @@ from brisk.utils.ranks import first_process
 def train(cfg: DictConfig, run: rundir.Run) -> float | None:
     ranks.guard()  # a rank of a ranks=elastic job dies with the job
     checks.validate(cfg)  # what only this machine can say; before seeding too: seed_everything refuses a bad seed
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    resumed = resume.resolve(cfg, run_dir)  # a resume is first compared with its run's config
+    run_dir = run.job.dir
+    resumed = resume.resolve(cfg, run_dir, run.job.multirun)  # a resume is first compared with its run's config
     if resumed.finished:
         run.leave_as_is()
         if first_process():
@@ -65,7 +63,7 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
     metrics = run_summary.scalars({**fit_metrics, **trainer.callback_metrics})
 
     if trainer.is_global_zero:
-        summary = run_summary.of_training(cfg, trainer, datamodule, model, metrics, fit_seconds, tested, last)
+        summary = run_summary.of_training(cfg, run.job, trainer, datamodule, model, metrics, fit_seconds, tested, last)
         run_summary.write(run_dir / "summary.json", summary)
         loggers.finish(trainer)  # wandb prints its closing lines now, before the run directory
         print(run_dir, flush=True)  # the last line: scripts read the run directory from here

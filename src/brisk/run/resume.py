@@ -164,15 +164,16 @@ class Resume(NamedTuple):
         )
 
 
-def resolve(cfg: DictConfig, run_dir: Path) -> Resume:
-    """What this run resumes, read once: refuse what it cannot continue (BriskError), and find a finished run."""
+def resolve(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> Resume:
+    """What this run resumes, read once: refuse what it cannot continue (BriskError), and find a finished run.
+    `multirun`: the run is a job of a sweep."""
     ckpt_path = launch.slurm_resume_path(cfg.get("ckpt_path"), run_dir)
     if str(ckpt_path) == "last":
         last_exists(cfg, run_dir)
     ckpt = paths.resolve(ckpt_path, run_dir)
     found = ckpt is not None and os.path.lexists(ckpt)
     # Before anything is written: a directory of another run is refused unless this resumes that run.
-    rundir.claim(run_dir, paths.run_dir_of(ckpt) if found else None)
+    rundir.claim(run_dir, paths.run_dir_of(ckpt) if found else None, multirun)
     if not found:
         return Resume(ckpt_path, None, None)  # a fresh run, or `hpc`, which Lightning finds itself or ignores
     from brisk.checkpoints import fits  # with compare's imports: what only a resume needs (~400 lines)

@@ -99,9 +99,10 @@ def _refusing() -> Iterator[None]:
         refuse(error)
 
 
-def claim(run_dir: Path, resumes: Path | None) -> None:
+def claim(run_dir: Path, resumes: Path | None, multirun: bool = False) -> None:
     """Refuse (BriskError naming the folder) a run directory that holds another run's files, unless this run resumes
-    that run: `resumes` is the run directory of the checkpoint it resumes from. Nothing is written before this."""
+    that run: `resumes` is the run directory of the checkpoint it resumes from; `multirun`: a job of a sweep. Nothing
+    is written before this."""
     if not first_process():  # a DDP job's other ranks start after the first one has claimed and recorded it
         return
     run_dir = Path(run_dir).absolute()
@@ -113,7 +114,6 @@ def claim(run_dir: Path, resumes: Path | None) -> None:
     if not held:
         return
     shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
-    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     fix = (
         "Give every job its own folder: leave hydra.sweep.subdir out (one per job number), or make it name each "
         "swept value."
@@ -128,6 +128,24 @@ def _requeued(run_dir: Path) -> bool:
     """A requeued SLURM job gets its own directory back, named by its job id (brisk.run.launch.run_id), checkpoint or
     not: a job preempted before its first checkpoint starts over there."""
     return "SLURM_JOB_ID" in os.environ and run_dir.name == launch.run_id()
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a run's steps need from Hydra, read once where the command starts (brisk.cli): plain data, so no step
+    below reads Hydra's global state, and a caller without a Hydra app around it can give its own."""
+
+    dir: Path  # the run directory
+    overrides: tuple[str, ...] = ()  # this job's own, as given (summary.json)
+    multirun: bool = False  # a job of a sweep
+
+    @staticmethod
+    def of_hydra() -> Job | None:
+        """The current Hydra job's, or None outside one."""
+        if not HydraConfig.initialized():
+            return None
+        hydra = HydraConfig.get()
+        return Job(Path(hydra.runtime.output_dir), tuple(hydra.overrides.task), hydra.mode == RunMode.MULTIRUN)
 
 
 @dataclass(frozen=True)
@@ -148,17 +166,18 @@ class Record:
 
 
 class Run:
-    """This invocation's hold on its run directory (a no-op outside a Hydra job)."""
+    """This invocation's hold on its run directory (a no-op without a job), and the job's record (`job`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, job: Job | None = None) -> None:
+        self.job = job
         self.dir: Path | None = None
         self.owned = False  # created by this invocation
         self._as_is = False  # a finished run resumed again: nothing is recorded or removed
         self._record: Record | None = None
         self._lock: int | None = None
-        if not HydraConfig.initialized() or not first_process():
+        if job is None or not first_process():
             return
-        self.dir = Path(HydraConfig.get().runtime.output_dir)
+        self.dir = job.dir
         key = str(self.dir)
         # a sweep's job directories are new unless they hold something already
         self._made_below = (

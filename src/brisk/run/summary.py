@@ -11,7 +11,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from brisk.callbacks.model_summary import ModelSummary
@@ -21,6 +20,7 @@ from brisk.callbacks.time_to_accuracy import TimeToAccuracy
 from brisk.models import metrics as model_metrics
 from brisk.models.sparsity import sparsity
 from brisk.run import launch
+from brisk.run.rundir import Job
 from brisk.utils.files import write_text
 
 
@@ -65,6 +65,7 @@ def write(path: Path, summary: dict[str, Any]) -> None:
 
 def of_training(
     cfg: DictConfig,
+    job: Job,
     trainer: L.Trainer,
     datamodule: L.LightningDataModule,
     model: L.LightningModule,
@@ -74,12 +75,11 @@ def of_training(
     last: str,
 ) -> dict[str, Any]:
     """summary.json of a brisk-train run: its metrics (fit's and test's), speed, shape and where its checkpoints are.
-    `tested` is the checkpoint the test loaded, `last` the run's last checkpoint."""
+    `job`: its directory and overrides; `tested` is the checkpoint the test loaded, `last` the run's last checkpoint."""
     speed, startup = (next(c for c in trainer.callbacks if isinstance(c, kind)) for kind in (SpeedMeter, StartupClock))
-    run_dir = HydraConfig.get().runtime.output_dir
     clock = next((c.report() for c in trainer.callbacks if isinstance(c, TimeToAccuracy)), None)
     return {
-        "run_dir": str(run_dir),
+        "run_dir": str(job.dir),
         "metrics": metrics,
         "images_per_sec": speed.images_per_sec,
         "fit_seconds": fit_seconds,
@@ -101,7 +101,7 @@ def of_training(
         "sparsity": sparsity(model),  # of the tested weights: per conv/linear weight and in total
         **cost(trainer, model, datamodule),  # params, flops_per_image
         **model.test_report,  # test_per_class, test_confusion_matrix: absent without a test split
-        "overrides": list(HydraConfig.get().overrides.task),
+        "overrides": list(job.overrides),
         "hardware": hardware(),
         "distributed": launch.environment(trainer),
     }
