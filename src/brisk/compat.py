@@ -16,22 +16,12 @@ from hydra.core.utils import JobReturn
 from hydra.errors import ConfigCompositionException, InstantiationException
 from lightning.pytorch.callbacks import ModelCheckpoint, StochasticWeightAveraging, WeightAveraging
 from lightning.pytorch.loops import _FitLoop
-from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
 from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
 from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 from torch import nn
 
 CHECKED_ON = {"lightning": "2.6.6", "hydra-core": "1.3.8"}
-
-
-def is_script_launcher(launcher: Any) -> bool:
-    """Whether Lightning would start this node's other ranks by re-executing sys.argv.
-
-    No public attribute says how a strategy's launcher starts processes; brisk replaces exactly this
-    launcher (see brisk.run.launch), so it must recognise it by type.
-    """
-    return isinstance(launcher, _SubprocessScriptLauncher)
 
 
 def cluster_environment(trainer: L.Trainer) -> Any:

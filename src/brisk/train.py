@@ -47,7 +47,7 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
     # The run starts at its first optimizer step, when RunStart writes its record: what the fit refuses before that
     # leaves no run directory (brisk.run.rundir). Last, so it marks the step after every other callback's batch end.
     started = RunStart(record.write if (record := run.record(cfg)) else None)
-    trainer = launch.on_all_ranks(lambda: make_trainer(cfg, [*always_on(target), started]))  # starts other ranks
+    trainer = launch.on_all_ranks(cfg.trainer, lambda: make_trainer(cfg, [*always_on(target), started]))  # ranks first
     precision.report(cfg.trainer.precision, str(cfg.trainer.accelerator), trainer)
 
     start = time.perf_counter()

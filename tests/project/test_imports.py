@@ -66,6 +66,7 @@ ALLOWED = [
     "brisk.run",
     "brisk.run.builder",
     "brisk.run.checks",
+    "brisk.run.devices",
     "brisk.run.jobs",
     "brisk.run.launch",
     "brisk.run.loggers",

@@ -21,9 +21,10 @@ import pytest
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
 from lightning.pytorch.utilities import rank_zero_only as pytorch_rank_zero_only
+from omegaconf import OmegaConf
 
 from background import background_train
-from brisk.run import launch
+from brisk.run import devices, launch
 from brisk.run.prepare import build_trainer
 from helpers import SLURM_ENV, TINY, compose_cfg, processes_of, read_summary, run_cli
 
@@ -90,7 +91,7 @@ def _slurm_task(rank: int, job: str, port: str) -> dict[str, str]:
 def test_slurm_tasks_are_the_ranks_and_brisk_starts_none(project, monkeypatch):
     cfg = compose_cfg([*CHEAP, *DDP], project)
     # Outside SLURM, the same config makes brisk start rank 1 itself ...
-    assert launch.needs_launch(L.Trainer(accelerator="cpu", strategy="ddp", devices=2, logger=False))
+    assert devices.script_processes(cfg.trainer) == 2
     # ... under SLURM, each task is a rank already: task 1 of 2 builds its Trainer and launches nothing.
     for key, value in _slurm_task(1, "4243", "29400").items():
         monkeypatch.setenv(key, value)
@@ -99,7 +100,7 @@ def test_slurm_tasks_are_the_ranks_and_brisk_starts_none(project, monkeypatch):
     trainer = build_trainer(cfg)
     assert isinstance(trainer.strategy.cluster_environment, SLURMEnvironment)
     assert (trainer.world_size, trainer.global_rank, trainer.local_rank) == (2, 1, 1)
-    assert not launch.needs_launch(trainer) and launch._current is None
+    assert devices.script_processes(cfg.trainer) == 1 and launch._current is None
     assert processes_of(project) == []
 
 
@@ -159,3 +160,18 @@ def test_sigterm_to_a_joblib_sweep_stops_every_worker_job_with_its_checkpoint(pr
     assert err.count("brisk: interrupted by SIGTERM") == 3, err[-3000:]
     assert left == [], "a worker outlived the sweep"
     assert {c: c.stat().st_mtime_ns for c in ckpts} == saved, "a worker trained on after the sweep's exit"
+
+
+@pytest.mark.parametrize("strategy", ["auto", "ddp", "ddp_find_unused_parameters_true", "ddp_spawn", "ddp_fork"])
+@pytest.mark.parametrize("n", [1, 2, "auto"])
+def test_brisk_counts_the_processes_lightning_would_start_by_running_the_script_again(strategy, n):
+    """brisk starts a job's ranks from the config, before it builds the Trainer once; Lightning, given the same
+    config, must agree on whether it would run the script again for them (its launcher, by type: no public
+    attribute says)."""
+    cfg = OmegaConf.create({"accelerator": "cpu", "devices": n, "strategy": strategy})
+    trainer = L.Trainer(accelerator="cpu", devices=n, strategy=strategy, logger=False, enable_checkpointing=False)
+    launcher = trainer.strategy.launcher
+    relaunches = type(launcher).__name__ == "_SubprocessScriptLauncher" and launcher.num_processes > 1
+    assert (devices.script_processes(cfg) > 1) == relaunches
+    if relaunches:
+        assert devices.script_processes(cfg) == launcher.num_processes

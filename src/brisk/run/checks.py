@@ -12,13 +12,13 @@ import math
 import os
 
 import torch
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from brisk import registry as registry_
 from brisk.checkpoints import paths
 from brisk.data.augment_ops import Augmentation
 from brisk.errors import BriskError
-from brisk.run import precision
+from brisk.run import devices, precision
 from brisk.run.builder import check_always_on
 from brisk.utils import run_files
 from brisk.utils.config import plain
@@ -26,7 +26,6 @@ from brisk.utils.config import plain
 # ckpt_path values that Lightning resolves itself rather than reading as a file name.
 INT, NUM, BOOL = "a whole number", "a number", "true or false"
 _ABSENT = object()
-DEVICES = "trainer.devices"
 # key: (kind, test, what the test asks, other values allowed). A key absent from the config (another
 # model, another dataset) is skipped.
 VALUES = {
@@ -86,7 +85,7 @@ def validate(cfg: DictConfig) -> None:
     if cfg.get("optimizer") is not None:
         learning_rate(cfg.optimizer)
     hardware(trainer)
-    world = device_count(trainer) * num_nodes(trainer)
+    world = devices.device_count(trainer) * devices.num_nodes(trainer)
     batch_split(cfg.data, world)
     checkpoint_exists(cfg.get("ckpt_path"))
 
@@ -143,13 +142,6 @@ def learning_rate(optimizer: DictConfig) -> None:
         raise BriskError(f"optimizer.lr={lr} must be a positive number, e.g. optimizer.lr=0.05.", "optimizer.lr")
 
 
-def _accelerator(trainer: DictConfig) -> str:
-    accelerator = str(trainer.accelerator)
-    if accelerator == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return "cuda" if accelerator == "gpu" else accelerator
-
-
 def hardware(trainer: DictConfig) -> None:
     """Stop if the config asks for hardware that is not here."""
     accelerator, strategy = str(trainer.accelerator), trainer.strategy
@@ -159,71 +151,19 @@ def hardware(trainer: DictConfig) -> None:
             "Use trainer=cpu or trainer.accelerator=auto.",
             "trainer.accelerator",
         )
-    if trainer.get("sync_batchnorm") and _accelerator(trainer) != "cuda":
+    if trainer.get("sync_batchnorm") and devices.accelerator(trainer) != "cuda":
         raise BriskError(
             "trainer.sync_batchnorm=true needs CUDA GPUs (SyncBatchNorm has no CPU kernel). "
             "Drop it on CPU: see the README's BatchNorm notes.",
             "trainer.sync_batchnorm",
         )
     name = str(strategy.get("_target_", "") if isinstance(strategy, DictConfig) else strategy).lower()
-    if ("fsdp" in name or "deepspeed" in name) and _accelerator(trainer) != "cuda":
+    if ("fsdp" in name or "deepspeed" in name) and devices.accelerator(trainer) != "cuda":
         raise BriskError(
             f"trainer.strategy={strategy} needs CUDA GPUs, and none are available here. "
             "Use strategy=ddp (or ddp_spawn) on CPU.",
             "trainer.strategy",
         )
-
-
-def _requested(devices, available: int, accelerator: str) -> int:
-    """How many devices `trainer.devices` asks for, in the forms Lightning accepts; checked against `available`."""
-    if isinstance(devices, str) and devices.strip() == "auto":
-        return available if accelerator == "cuda" else 1
-    if isinstance(devices, str) and "," in devices:
-        devices = [int(d) for d in devices.split(",") if d.strip()]
-    if isinstance(devices, (list, tuple, ListConfig)):
-        if accelerator == "cpu":
-            raise BriskError(f"trainer.devices={list(devices)}: on CPU give a number of processes, e.g. 2.", DEVICES)
-        ids = [int(d) for d in devices]
-        if any(i < 0 or i >= available for i in ids):
-            raise BriskError(
-                f"trainer.devices={list(ids)}: this machine has {available} {accelerator} device(s), "
-                f"numbered 0..{available - 1}.",
-                DEVICES,
-            )
-        return len(ids)
-    try:
-        n = int(devices)
-    except (TypeError, ValueError):
-        raise BriskError(f"trainer.devices={devices} is not a number, a list of ids, or auto.", DEVICES) from None
-    if n == -1 and accelerator == "cuda":
-        return available
-    if n < 1:
-        raise BriskError(f"trainer.devices={devices} must be >= 1 (or auto).", DEVICES)
-    if n > available:
-        unit = "CUDA GPUs" if accelerator == "cuda" else "CPU cores"
-        raise BriskError(
-            f"trainer.devices={n} but this machine has {available} {unit}. Use trainer.devices={available} or fewer.",
-            DEVICES,
-        )
-    return n
-
-
-def device_count(trainer: DictConfig) -> int:
-    """Devices per node; 1 for accelerators brisk does not count (Lightning checks those itself)."""
-    accelerator = _accelerator(trainer)
-    if accelerator == "cuda":
-        return _requested(trainer.devices, torch.cuda.device_count(), accelerator)
-    if accelerator == "cpu":
-        # more processes than cores only time-slice the same cores
-        return _requested(trainer.devices, len(os.sched_getaffinity(0)), accelerator)
-    return 1
-
-
-def num_nodes(trainer: DictConfig) -> int:
-    nodes = trainer.get("num_nodes", 1)
-    if not isinstance(nodes, int) or nodes < 1:
-        raise BriskError(f"trainer.num_nodes={nodes} must be a whole number >= 1.", "trainer.num_nodes")
-    return nodes
 
 
 def batch_split(data: DictConfig, world: int) -> None:

@@ -27,10 +27,10 @@ import lightning as L
 import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
+from omegaconf import DictConfig
 
-from brisk import compat
 from brisk.checkpoints import paths
-from brisk.run import jobs
+from brisk.run import devices, jobs
 
 log = logging.getLogger("brisk")
 
@@ -217,31 +217,14 @@ class _Ranks:
 _current: _Ranks | None = None
 
 
-def needs_launch(trainer: L.Trainer) -> bool:
-    """True where Lightning would re-execute argv to start the other ranks of this node."""
-    strategy = trainer.strategy
-    return (
-        compat.is_script_launcher(strategy.launcher)
-        and strategy.launcher.num_processes > 1
-        and not strategy.cluster_environment.creates_processes_externally  # torchrun, SLURM, or brisk's own ranks
-    )
-
-
-def launch(trainer: L.Trainer) -> None:
-    """Start ranks 1..N-1 of this node for the current Hydra job and make this process rank 0."""
+def on_all_ranks(trainer: DictConfig, make_trainer: Callable[[], L.Trainer]) -> L.Trainer:
+    """The Trainer `make_trainer` builds, once, after the job's other ranks on this node are started where it needs
+    them (brisk.run.devices.script_processes): brisk starts them itself (see above), and with LOCAL_RANK set
+    Lightning sees processes that were created for it."""
     global _current
-    _current = _Ranks(trainer.strategy.launcher.num_processes, trainer.num_nodes)
-
-
-def on_all_ranks(make_trainer: Callable[[], L.Trainer]) -> L.Trainer:
-    """The Trainer `make_trainer` builds, with the job's other ranks on this node started if it needs them: brisk
-    starts them itself (see above), then builds the Trainer again, and with LOCAL_RANK set Lightning sees
-    processes that were created for it."""
-    trainer = make_trainer()
-    if needs_launch(trainer):
-        launch(trainer)
-        trainer = make_trainer()
-    return trainer
+    if (n := devices.script_processes(trainer)) > 1:
+        _current = _Ranks(n, devices.num_nodes(trainer))
+    return make_trainer()
 
 
 def forward_signal(signum: int) -> None:

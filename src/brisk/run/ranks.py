@@ -13,19 +13,18 @@ said before it says anything itself; the other ranks write to files only. The fi
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import sys
 from typing import NoReturn
 
-from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from omegaconf import DictConfig
 
 from brisk.errors import BriskError
-from brisk.run import checks, launch
+from brisk.run import devices, launch
 from brisk.run.rundir import Run
+from brisk.utils import run_files
 
 ENV = "BRISK_ELASTIC"  # in a rank's environment: the job's process id, its parent
 # The agent's wait between the stop signal it forwards and SIGKILL (torch's default): a rank's checkpoint on SIGTERM
@@ -41,15 +40,8 @@ def needed(cfg: DictConfig) -> int:
         if who != "brisk":
             raise BriskError(f"ranks={who}: choose brisk (brisk's own launcher) or elastic (TorchElastic's).", "ranks")
         return 1
-    strategy = cfg.trainer.get("strategy", "auto")
-    if isinstance(strategy, DictConfig):
-        spawned = strategy.get("start_method", "popen") != "popen"
-    else:
-        spawned = any(s in str(strategy) for s in ("spawn", "fork", "notebook"))
-    if spawned or TorchElasticEnvironment.detect() or SLURMEnvironment.detect():
-        return 1
-    n = checks.device_count(cfg.trainer)
-    if n > 1 and checks.num_nodes(cfg.trainer) > 1:
+    n = devices.script_processes(cfg.trainer)
+    if n > 1 and devices.num_nodes(cfg.trainer) > 1:
         raise BriskError(
             f"ranks=elastic starts the ranks of one node, and trainer.num_nodes={cfg.trainer.num_nodes}. Start each "
             "node with torchrun or srun (docs/distributed.md), or leave ranks out.",
@@ -106,7 +98,7 @@ def run(cfg: DictConfig, run: Run, nprocs: int) -> float | None:
     summary = run.dir / "summary.json"
     if not cfg.get("optimized_metric") or not summary.is_file():
         return None
-    return json.loads(summary.read_text())["metrics"].get(cfg.optimized_metric)
+    return run_files.load_json(summary)["metrics"].get(cfg.optimized_metric)  # bounded, as every run file is read
 
 
 def _said(run: Run, rank: int) -> str:

@@ -25,7 +25,7 @@ from lightning.pytorch.tuner import Tuner
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from brisk.errors import BriskError
-from brisk.run import checks
+from brisk.run import checks, devices
 from brisk.run.builder import build_datamodule, build_model
 from brisk.run.prepare import build_trainer
 from brisk.search import lr_curve
@@ -43,7 +43,7 @@ SET_BY_BRISK |= {"train_dataloaders", "val_dataloaders", "dataloaders"}
 def refuse_distributed(cfg: DictConfig) -> None:
     """Stop before any process starts if the config asks for more than one."""
     trainer = cfg.trainer
-    processes = checks.device_count(trainer) * checks.num_nodes(trainer)
+    processes = devices.device_count(trainer) * devices.num_nodes(trainer)
     launched = max(int(os.environ.get(k, "1")) for k in ("WORLD_SIZE", "SLURM_NTASKS"))  # torchrun, srun
     strategy = str(trainer.get("strategy", "auto")).lower()
     if processes > 1 or launched > 1 or any(name in strategy for name in DISTRIBUTED):
