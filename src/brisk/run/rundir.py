@@ -145,7 +145,8 @@ class Job:
         if not HydraConfig.initialized():
             return None
         hydra = HydraConfig.get()
-        return Job(Path(hydra.runtime.output_dir), tuple(hydra.overrides.task), hydra.mode == RunMode.MULTIRUN)
+        overrides = tuple(OmegaConf.to_container(hydra.overrides.task))  # as typed: a ${...} in one is text here
+        return Job(Path(hydra.runtime.output_dir), overrides, hydra.mode == RunMode.MULTIRUN)
 
 
 @dataclass(frozen=True)
