@@ -14,26 +14,27 @@ __version__ = "0.1.0"
 IMPORTED_AT = time.time()
 
 # public name -> its module (":name there" where it differs): the one place that knows where each lives
-_PUBLIC = {
-    "BriskError": ".errors",
-    "entry_point": ".cli",
-    "quote_group_options": ".cli",
-    "build": ".run.prepare",
-    "build_datamodule": ".run.builder",
-    "build_model": ".models.build",
-    "build_trainer": ".run.prepare",
-    "always_on": ".run.builder",
-    "resolve_precision": ".run.precision:resolve",
-    "sync": ".callbacks.speed_meter",
-    "hardware": ".run.summary",
-    "write_json": ".run.summary:write",
-    "write_text": ".utils.files",
-    "published": ".utils.files",
-    "table_cell": ".utils.tables:cell",
-    "small_ops": ".utils.threads",
-    "TimeToAccuracy": ".callbacks.time_to_accuracy",
-    "NETS": ".registry",
-    "CALLBACKS": ".registry",
-}
-__all__ = list(_PUBLIC)
-__getattr__, __dir__ = exports(__name__, _PUBLIC)
+__all__, __getattr__, __dir__ = exports(
+    __name__,
+    {
+        "BriskError": ".errors",
+        "entry_point": ".cli",
+        "quote_group_options": ".cli",
+        "build": ".run.prepare",
+        "build_datamodule": ".run.builder",
+        "build_model": ".models.build",
+        "build_trainer": ".run.prepare",
+        "always_on": ".run.builder",
+        "resolve_precision": ".run.precision:resolve",
+        "sync": ".callbacks.speed_meter",
+        "hardware": ".run.summary",
+        "write_json": ".run.summary:write",
+        "write_text": ".utils.files",
+        "published": ".utils.files",
+        "table_cell": ".utils.tables:cell",
+        "small_ops": ".utils.threads",
+        "TimeToAccuracy": ".callbacks.time_to_accuracy",
+        "NETS": ".registry",
+        "CALLBACKS": ".registry",
+    },
+)

@@ -12,8 +12,6 @@ import sys
 import unittest.mock
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from brisk import compat
@@ -45,9 +43,9 @@ def user_errors(task):
 
     @functools.wraps(task)
     def wrapper(cfg, *args, **kwargs):
-        run = None
+        run, job = None, rundir.Job.of_hydra()  # what the task's steps need from Hydra, read once
         try:
-            run = rundir.Run(rundir.Job.of_hydra())  # what the task's steps need from Hydra, read once
+            run = rundir.Run(job)
             import_modules(cfg.get("imports"))  # the user's own classes register before anything is built
             result = task(cfg, *args, run=run, **kwargs) if wants_run else task(cfg, *args, **kwargs)
             run.start(cfg)  # entry points that do not mark the start themselves are recorded when done
@@ -59,16 +57,15 @@ def user_errors(task):
                 raise
             interrupted(run, e.__context__)  # inside a stage, before brisk's handler took over: Lightning said exit 1
         except Exception as e:
-            # unresolved: an override that holds ${...} is text here, and may be the very error
-            overrides = OmegaConf.to_container(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
             from brisk.utils.explain import explain  # only once something went wrong: a run that works never needs it
 
-            error = explain(e, cfg, overrides) or out_of_memory(e, cfg)
+            # the overrides as typed: one that holds ${...} may be the very error
+            error = explain(e, cfg, list(job.overrides) if job else []) or out_of_memory(e, cfg)
             if run is not None:
                 run.refused()
             if error is None:
                 raise  # a bug: its traceback is the report
-            if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            if job is not None and job.multirun:
                 print(f"brisk: error: {error}", file=sys.stderr, flush=True)
                 raise error from None  # the sweep records it as failed and goes on (search.sweep.SweepSummary)
             refuse(error)

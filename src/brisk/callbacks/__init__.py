@@ -13,21 +13,22 @@ CALLBACKS.register("ema", lightning_callbacks.EMAWeightAveraging)
 CALLBACKS.register("swa", lightning_callbacks.StochasticWeightAveraging)
 CALLBACKS.register("accumulation_schedule", lightning_callbacks.GradientAccumulationScheduler)
 
-_WHERE = {
-    "DivergenceGuard": ".divergence_guard",
-    "LastCheckpoint": ".checkpoint",
-    "Lookahead": ".lookahead",
-    "ModelSummary": ".model_summary",
-    "ProgressBar": ".progress_bar",
-    "Pruning": ".pruning",
-    "RankSeed": ".rank_seed",
-    "ResumeState": ".resume_state",
-    "RunPlots": ".run_plots",
-    "RunStart": ".run_start",
-    "SigtermCheckpoint": ".sigterm_checkpoint",
-    "SpeedMeter": ".speed_meter",
-    "StartupClock": ".startup_clock",
-    "TimeToAccuracy": ".time_to_accuracy",
-}
-__all__ = list(_WHERE)
-__getattr__, __dir__ = exports(__name__, _WHERE)
+__all__, __getattr__, __dir__ = exports(
+    __name__,
+    {
+        "DivergenceGuard": ".divergence_guard",
+        "LastCheckpoint": ".checkpoint",
+        "Lookahead": ".lookahead",
+        "ModelSummary": ".model_summary",
+        "ProgressBar": ".progress_bar",
+        "Pruning": ".pruning",
+        "RankSeed": ".rank_seed",
+        "ResumeState": ".resume_state",
+        "RunPlots": ".run_plots",
+        "RunStart": ".run_start",
+        "SigtermCheckpoint": ".sigterm_checkpoint",
+        "SpeedMeter": ".speed_meter",
+        "StartupClock": ".startup_clock",
+        "TimeToAccuracy": ".time_to_accuracy",
+    },
+)

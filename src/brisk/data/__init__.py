@@ -2,12 +2,13 @@
 
 from brisk.utils.lazy import exports
 
-_WHERE = {
-    "CIFAR10DataModule": ".cifar",
-    "ImageFolderDataModule": ".image_folder",
-    "SyntheticDataModule": ".cifar",
-    "TensorDataModule": ".base",
-    "prepare_images": ".images",
-}
-__all__ = list(_WHERE)
-__getattr__, __dir__ = exports(__name__, _WHERE)
+__all__, __getattr__, __dir__ = exports(
+    __name__,
+    {
+        "CIFAR10DataModule": ".cifar",
+        "ImageFolderDataModule": ".image_folder",
+        "SyntheticDataModule": ".cifar",
+        "TensorDataModule": ".base",
+        "prepare_images": ".images",
+    },
+)

@@ -13,12 +13,13 @@ OPTIMIZERS.register("adamw", torch.optim.AdamW)
 SCHEDULES.register("onecycle", lr_scheduler.OneCycleLR)
 SCHEDULES.register("step", lr_scheduler.StepLR)
 
-_WHERE = {
-    "MuonWithAdamW": ".muon",
-    "PerExamplesSGD": ".per_examples",
-    "cosine_with_warmup": ".schedules",
-    "exp_decay": ".schedules",
-    "warmup_linear": ".schedules",
-}
-__all__ = list(_WHERE)
-__getattr__, __dir__ = exports(__name__, _WHERE)
+__all__, __getattr__, __dir__ = exports(
+    __name__,
+    {
+        "MuonWithAdamW": ".muon",
+        "PerExamplesSGD": ".per_examples",
+        "cosine_with_warmup": ".schedules",
+        "exp_decay": ".schedules",
+        "warmup_linear": ".schedules",
+    },
+)

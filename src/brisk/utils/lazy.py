@@ -8,9 +8,9 @@ import sys
 from collections.abc import Callable
 
 
-def exports(package: str, where: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
-    """The `__getattr__` and `__dir__` of `package`, whose public names `where` maps to `.module` (relative to the
-    package) or `.module:attribute` where the name there differs."""
+def exports(package: str, where: dict[str, str]) -> tuple[list[str], Callable[[str], object], Callable[[], list[str]]]:
+    """The `__all__`, `__getattr__` and `__dir__` of `package`, whose public names `where` maps to `.module` (relative
+    to the package) or `.module:attribute` where the name there differs."""
 
     def __getattr__(name: str) -> object:
         if name not in where:
@@ -23,4 +23,4 @@ def exports(package: str, where: dict[str, str]) -> tuple[Callable[[str], object
     def __dir__() -> list[str]:
         return sorted({*vars(sys.modules[package]), *where})
 
-    return __getattr__, __dir__
+    return list(where), __getattr__, __dir__
