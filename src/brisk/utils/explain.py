@@ -42,7 +42,7 @@ from brisk.utils.config import nodes
 def explain(error: BaseException, cfg: Any = None, overrides: Sequence[str] = ()) -> BriskError | None:
     """The one-line error for a mistake in the config or on the command line, or None for anything else.
 
-    `cfg` is the job's config (to find the key of the node Hydra was building), `overrides` the command line's
+    `cfg` is the job's config (to find the key of a ${...} that cannot be resolved), `overrides` the command line's
     (to name the ones that set that key)."""
     innermost = error
     while isinstance(innermost.__cause__, InstantiationException | BuildError):
@@ -55,7 +55,7 @@ def explain(error: BaseException, cfg: Any = None, overrides: Sequence[str] = ()
     if (
         isinstance(innermost, InstantiationException)
         and cause is not None
-        and (found := _constructor(innermost, cause, cfg, list(overrides)))
+        and (found := _constructor(innermost, cause, list(overrides)))
     ):
         return found
     if isinstance(cause, OmegaConfBaseException):
@@ -92,22 +92,6 @@ def _set_by(key: str, overrides: list[str]) -> str:
     return " ".join(list(last.values())[-6:])
 
 
-def _node(cfg: Any, target: str, full_key: str | None, arg: str | None, present: bool) -> tuple[str, str] | None:
-    """(key, `_target_` as the config writes it) of the node Hydra was building when `target` failed. Hydra names
-    the callable by its defining module (brisk.models.nets.simple_cnn.SimpleCNN), the config often by its package,
-    so the class name decides; where two nodes build it, the one that has (or lacks) `arg` does."""
-    if cfg is None or not OmegaConf.is_config(cfg):
-        return None
-    name = target.rsplit(".", 1)[-1]
-    found = [
-        (key, node)
-        for key, node in nodes(OmegaConf.to_container(cfg, resolve=False))
-        if isinstance(node, dict) and str(node.get("_target_", "")).rsplit(".", 1)[-1] == name
-    ]
-    found.sort(key=lambda kn: (kn[0] != full_key, arg is not None and (arg in kn[1]) != present))
-    return (found[0][0], str(found[0][1]["_target_"])) if found else None
-
-
 def _parameters(target: str) -> list[str]:
     """The keyword arguments of `target`, if its module is already imported (nothing is imported to find out)."""
     parts = target.split(".")
@@ -127,9 +111,7 @@ def _did_you_mean(word: str, choices: list[str], prefix: str = "") -> str:
     return f" (did you mean {' or '.join(prefix + c for c in close)}?)" if close else ""
 
 
-def _constructor(
-    error: InstantiationException, cause: BaseException, cfg: Any, overrides: list[str]
-) -> BriskError | None:
+def _constructor(error: InstantiationException, cause: BaseException, overrides: list[str]) -> BriskError | None:
     target, full_key = compat.instantiation_site(error)
     if target is None:
         return None
@@ -139,7 +121,7 @@ def _constructor(
         re.findall(r"'(\w+)'", m[1]) if (m := re.search(r"missing \d+ required .*?arguments?: (.+)", text)) else []
     )
     arg = unexpected[1] if unexpected else (missing[0] if missing else None)
-    key, shown = _node(cfg, target, full_key, arg, present=bool(unexpected)) or (full_key or target, target)
+    key, shown = full_key or target, target  # what Hydra instantiates: hydra.sweeper, its sampler and pruner
     if isinstance(cause, TypeError) and unexpected:
         hint = _did_you_mean(arg, _parameters(target), f"{key}.")
         given = next((o for o in overrides if o.partition("=")[0].lstrip("+") == f"{key}.{arg}"), f"{key}.{arg}")
