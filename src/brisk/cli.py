@@ -60,7 +60,7 @@ def user_errors(task):
             from brisk.utils.explain import explain  # only once something went wrong: a run that works never needs it
 
             # the overrides as typed: one that holds ${...} may be the very error
-            error = explain(e, cfg, list(job.overrides) if job else []) or out_of_memory(e, cfg)
+            error = explain(e, list(job.overrides) if job else []) or out_of_memory(e, cfg)
             if run is not None:
                 run.refused()
             if error is None:

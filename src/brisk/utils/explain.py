@@ -14,7 +14,6 @@ import inspect
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from hydra.errors import (
     CompactHydraException,
@@ -23,7 +22,6 @@ from hydra.errors import (
     MissingConfigException,
     OverrideParseException,
 )
-from omegaconf import OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
@@ -36,14 +34,12 @@ from omegaconf.errors import (
 
 import brisk.compat as compat
 from brisk.errors import BriskError, BuildError, first_line
-from brisk.utils.config import nodes
 
 
-def explain(error: BaseException, cfg: Any = None, overrides: Sequence[str] = ()) -> BriskError | None:
+def explain(error: BaseException, overrides: Sequence[str] = ()) -> BriskError | None:
     """The one-line error for a mistake in the config or on the command line, or None for anything else.
 
-    `cfg` is the job's config (to find the key of a ${...} that cannot be resolved), `overrides` the command line's
-    (to name the ones that set that key)."""
+    `overrides`: the command line's, to name the ones that set the key at fault."""
     innermost = error
     while isinstance(innermost.__cause__, InstantiationException | BuildError):
         innermost = innermost.__cause__
@@ -59,7 +55,7 @@ def explain(error: BaseException, cfg: Any = None, overrides: Sequence[str] = ()
     ):
         return found
     if isinstance(cause, OmegaConfBaseException):
-        return _config_value(cause, cfg)
+        return _config_value(cause)
     if isinstance(error, CompactHydraException) and not isinstance(error, InstantiationException):
         return _composition(error, list(overrides))
     if isinstance(error, HydraException) and "does not support sweep type" in str(error):
@@ -191,21 +187,8 @@ def _extra_for(package: str) -> str | None:
     return None
 
 
-def _unresolvable(cfg: Any) -> str | None:
-    """The first key of `cfg` whose ${...} fails to resolve: OmegaConf.resolve, which instantiate calls, loses it."""
-    if cfg is None or not OmegaConf.is_config(cfg):
-        return None
-    for key, value in nodes(OmegaConf.to_container(cfg, resolve=False)):
-        if isinstance(value, str) and "${" in value:
-            try:
-                OmegaConf.select(cfg, key)
-            except OmegaConfBaseException:
-                return key
-    return None
-
-
-def _config_value(cause: OmegaConfBaseException, cfg: Any) -> BriskError:
-    key = cause.full_key or _unresolvable(cfg) or "the config"
+def _config_value(cause: OmegaConfBaseException) -> BriskError:
+    key = cause.full_key or "the config"
     text = first_line(cause)
     if isinstance(cause, MissingMandatoryValue):
         return BriskError(f"{key} has no value (??? in the config). Give it one: {key}=<value>.")
