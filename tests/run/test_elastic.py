@@ -3,12 +3,20 @@ on the CPU, real signals to the job process the user started."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from pathlib import Path
 
+import optuna
+import pytest
+from optuna.pruners import MedianPruner, PatientPruner, ThresholdPruner
+from optuna.trial import TrialState
+
 from background import background_train
+from brisk.errors import BriskError
+from brisk.search.report import Trial
 from helpers import TINY, processes_of, read_summary, run_cli, run_dir_of
 
 ELASTIC = ["strategy=ddp", "trainer.devices=2", "callbacks.progress_bar=null", "ranks=elastic"]
@@ -74,3 +82,53 @@ def test_a_user_error_in_the_ranks_is_one_line_and_leaves_no_run_directory(proje
     lines = [line for line in proc.stderr.splitlines() if line.startswith("brisk: ")]
     assert lines == [lines[0]] and lines[0].startswith("brisk: error: callbacks.early_stopping.monitor='nope'")
     assert not (project / "logs").exists() or not any((project / "logs").rglob("*")), "a refused run left its folder"
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # PatientPruner
+def test_a_trial_reaches_the_ranks_as_data_and_names_only_optunas_pruners():
+    threshold = {"_target_": "optuna.pruners.ThresholdPruner", "lower": 2.0}
+    patient = {"_target_": "optuna.pruners.PatientPruner", "wrapped_pruner": threshold, "patience": 1}
+    for spec, cls in (("median", MedianPruner), (threshold, ThresholdPruner), (patient, PatientPruner)):
+        back = Trial.from_env(Trial(3, "sqlite:///x.db", "s", spec, False).env())
+        assert isinstance(back.pruner, cls) and (back.number, back.study_name, back.storage_given) == (3, "s", False)
+    # What a rank cannot build from data alone is refused in the job, naming the key.
+    for spec in ({**threshold, "lower": {"_target_": "os.getcwd"}}, {"_target_": "optuna.pruners._threshold.X"}):
+        with pytest.raises(BriskError) as e:
+            Trial(0, "sqlite:///x.db", "s", spec).env()
+        assert e.value.key == "hydra.sweeper.pruner"
+    # What the environment names is looked up among optuna.pruners' classes, and nothing else is built.
+    for pruner in ({"class": "BasePruner", "args": {}}, {"class": "os.system", "args": {}}, "os.system"):
+        text = json.dumps({"number": 0, "storage": "u", "study_name": "s", "pruner": pruner, "storage_given": True})
+        with pytest.raises(BriskError, match="BRISK_TRIAL"):
+            Trial.from_env(text)
+
+
+def test_a_search_trial_reports_from_rank_zero_and_is_pruned_through_the_job(project):
+    # Two trials, each pruned at its first validation by a threshold no accuracy reaches: rank 0 reports to the study
+    # itself (the job hands it the trial), and the job records the trial as pruned, not failed, and goes on.
+    url = f"sqlite:///{project / 'optuna.db'}"
+    search = ["-m", "hparams_search=optuna", "hydra.sweeper.params=null", "optimizer.lr=choice(0.05,0.1)"]
+    sweeper = [
+        "hydra.sweeper.sampler=grid",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.pruner={_target_:optuna.pruners.ThresholdPruner,lower:2.0}",
+        f"hydra.sweeper.storage={url}",
+    ]
+    proc = run_cli("train", [*search, *TINY, *ELASTIC, "trainer.max_epochs=2", *sweeper], project, timeout=300)
+    trials = optuna.load_study(study_name="brisk", storage=url).get_trials()
+    assert [t.state for t in trials] == [TrialState.PRUNED] * 2, proc.stderr[-3000:]
+    assert all(list(t.intermediate_values) == [0] for t in trials), "not reported, or not stopped, at epoch 0"
+    assert "Traceback" not in proc.stderr and "failed" not in proc.stderr, proc.stderr[-3000:]
+    sweep = Path(proc.stdout.strip().splitlines()[-1])
+    table = (sweep / "sweep_summary.csv").read_text()
+    assert table.count(",pruned,") == 2 and "TrialPruned: pruned at epoch 0" in table, table
+
+
+@pytest.mark.slow  # ~45 s on 2 cores: two jobs of three processes each; the search above runs a sweep too
+def test_a_sweep_runs_each_job_on_its_own_ranks_in_its_own_run_directory(project):
+    proc = run_cli("train", ["-m", "seed=1,2", *TINY, *ELASTIC, "trainer.max_epochs=1"], project, timeout=300)
+    sweep = Path(proc.stdout.strip().splitlines()[-1])
+    runs = sorted(p.parent for p in sweep.glob("*/summary.json"))
+    assert [p.name for p in runs] == ["0", "1"], proc.stdout[-3000:]
+    assert [read_summary(p)["world_size"] for p in runs] == [2, 2]
+    assert [read_summary(p)["seed"] for p in runs] == [1, 2]

@@ -9,6 +9,8 @@ PR_SET_PDEATHSIG itself (`guard`); a command returns nothing to the agent, so ra
 summary.json. Rank 0's stdout is the console's (a terminal keeps its live progress bar; the run directory stays the
 last line), its stderr goes to a file that the agent copies to the console as it grows, so the job reads what rank 0
 said before it says anything itself; the other ranks write to files only. The files: <run>/ranks/<id>/attempt_0/<rank>/.
+A trial of an Optuna search goes to the ranks as data (brisk.search.report.ENV), and a pruned one comes back as a file
+that rank 0 writes (report.PRUNED): its exit code and its lines would say no more than that it stopped.
 """
 
 from __future__ import annotations
@@ -66,7 +68,14 @@ def run(cfg: DictConfig, run: Run, nprocs: int) -> float | None:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from brisk.search import report
+
     run.record(cfg)  # composed, not written: rank 0 writes it at its first step, and `run.started` reads the disk
+    # Rank 0 reports to the study itself: it runs in run mode, where Hydra's config names no trial.
+    trial = report.Trial.current()
+    handed = trial.env() if trial is not None else None  # a pruner the ranks cannot build is refused before they start
+    pruned = run.dir / report.PRUNED
+    pruned.unlink(missing_ok=True)  # only this launch's rank 0 says the trial was pruned
     redirects = {0: Std.ERR, **{r: Std.ALL for r in range(1, nprocs)}}
     logs = DefaultLogsSpecs(log_dir=str(run.dir / "ranks"), redirects=redirects, tee={0: Std.ERR})
     config = LaunchConfig(
@@ -84,21 +93,38 @@ def run(cfg: DictConfig, run: Run, nprocs: int) -> float | None:
         shutdown_timeout=SHUTDOWN_SECONDS,
     )
     os.environ[ENV] = str(os.getpid())
+    os.environ.pop(report.ENV, None)  # one from the user's own environment names no trial of this job
+    if handed is not None:
+        os.environ[report.ENV] = handed
     quiet = logging.root.manager.disable
     logging.disable(logging.ERROR)  # the agent's own lines on a rank's failure or a signal: the job says it in one
     try:
         elastic_launch(config, sys.executable)(*launch.rank_args())
     except ChildFailedError as e:
+        _pruned(trial, pruned)
         _failed(e, run)
     except SignalException as e:
         _stopped(signal.Signals(e.sigval), run)
     finally:
         os.environ.pop(ENV, None)
+        os.environ.pop(report.ENV, None)
         logging.disable(quiet)
+    _pruned(trial, pruned)
     summary = run.dir / "summary.json"
     if not cfg.get("optimized_metric") or not summary.is_file():
         return None
     return run_files.load_json(summary)["metrics"].get(cfg.optimized_metric)  # bounded, as every run file is read
+
+
+def _pruned(trial, pruned) -> None:
+    """Rank 0 was pruned: end the job as a pruned trial ends in the job itself, with optuna.TrialPruned, which the
+    search records as pruned (brisk.search.sweep.outcome). The file's text is only the verdict it says."""
+    if trial is None or not pruned.is_file():
+        return
+    import optuna
+
+    verdict = run_files.read_bytes(pruned, 1 << 12).decode(errors="replace").strip()
+    raise optuna.TrialPruned(verdict)
 
 
 def _said(run: Run, rank: int) -> str:
