@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from brisk.checkpoints import restore
 from brisk.cli import entry_point
-from brisk.errors import BriskError
+from brisk.errors import BriskError, check, check_flag
 from brisk.run import checks
 from brisk.run import summary as run_summary
 from brisk.run.builder import build_datamodule
@@ -27,13 +27,21 @@ FORMATS, QUANTIZE = ("onnx",), (None, "int8")
 
 
 def _check_request(cfg: DictConfig) -> None:
-    checks.values(cfg, checks.EXPORT)  # a bad count would fail only after the export, in onnxruntime or the timing
-    if "data" in cfg:  # +data.batch_size=... on the command line: the one process's batches
-        checks.batch_split(cfg.data, 1)
     if cfg.format not in FORMATS:
         raise BriskError(f"format={cfg.format} is not supported. Use format=onnx.")
     if cfg.quantize not in QUANTIZE:
         raise BriskError(f"quantize={cfg.quantize} is not supported. Use quantize=int8, or leave it out.")
+    # Before the checkpoint is read: a bad count would fail only after the export, in onnxruntime's calibration or
+    # the timing (statistics.median of no runs).
+    checks.values(cfg)  # seed by brisk-train's rule
+    check("export.tolerance", cfg.export.tolerance, lambda v: v >= 0, "a number >= 0")
+    for key in ("calibration_batches", "bench_batch", "bench_runs"):
+        check(f"export.{key}", cfg.export[key], lambda v: v >= 1, "a whole number >= 1", int)
+    if cfg.export.threads is not None:  # null: every core this process may use
+        check("export.threads", cfg.export.threads, lambda v: v >= 1, "a whole number >= 1 (or null)", int)
+    check_flag("export.reduce_range", cfg.export.reduce_range)
+    if "data" in cfg:  # +data.batch_size=... on the command line: the one process's batches
+        checks.batch_split(cfg.data, 1)
     try:
         import onnxruntime  # noqa: F401
         import onnxscript  # noqa: F401

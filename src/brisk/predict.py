@@ -25,7 +25,7 @@ from brisk.checkpoints import restore
 from brisk.cli import entry_point
 from brisk.data.images import EXTENSIONS, Keys, check_max_pixels, list_images, loop_error, prepare_images
 from brisk.deploy.onnx import normalization
-from brisk.errors import BriskError
+from brisk.errors import BriskError, check
 from brisk.run import checks
 from brisk.run.builder import build_datamodule
 from brisk.run.prepare import build_trainer
@@ -140,8 +140,11 @@ class CsvWriter(BasePredictionWriter):
 
 
 def predict(cfg: DictConfig) -> Path:
-    # seed and trainer.* by brisk-train's rules, then predict's own; devices, with the run's data, in build_trainer
-    checks.values(cfg, checks.PREDICT)
+    # seed and trainer.* by brisk-train's rules, then predict's own; devices, with the run's data, in build_trainer.
+    # Before the checkpoint is read: a 0 would fail only at the end, in the DataLoader or the writer's topk.
+    checks.values(cfg)
+    check("top_k", cfg.top_k, lambda v: v >= 1, "a whole number >= 1", int)
+    check("batch_size", cfg.batch_size, lambda v: v >= 1, "a whole number >= 1", int)
     check_max_pixels("max_pixels", cfg.max_pixels)
     L.seed_everything(cfg.seed, workers=True)
     paths = find_inputs(str(cfg.inputs))

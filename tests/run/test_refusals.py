@@ -39,6 +39,7 @@ CASES = {
     ),
     "classifier_nan": (["model.weight_decay=nan"], "model.weight_decay"),
     "optimizer_decay_belongs_to_the_model": (["+optimizer.weight_decay=0.1"], "optimizer.weight_decay"),
+    "warmup_share_of_the_whole_run": (["scheduler=onecycle", "scheduler.pct_start=1.0"], "scheduler.pct_start"),
     "range_without_a_search": (["-m", "optimizer.lr=interval(0.01,0.1)"], "optimizer.lr"),
 }
 

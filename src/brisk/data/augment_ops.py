@@ -8,7 +8,8 @@ are one copy of the batch), built once with those keys' values, and it says when
 - `float`: on the batch as floats in [0, 1], as Kornia works; these ops' modules make one `nn.Sequential`, built
   once per device, and the batch is converted once on the way in and once back to uint8;
 - `uint8_after`: on the uint8 batch again (cutout, as DeVries & Taylor cut the augmented image);
-- `mix`: after normalization, with the labels (`op(x, y) -> (x, soft y)`); built with the number of classes.
+- `mix`: after normalization, with the labels: `op.mixer(num_classes)` gives the `(x, y) -> (x, soft y)` to run. Its
+  value is a distribution's parameter, where 0 is a mistake rather than off: only `null` turns a mix key off.
 Within a stage the ops run in the order of their keys in `data.augment`.
 
 A new op is one class (`@AUGMENTS.register("blur", stage="float")` with a `module()` that returns the
@@ -152,13 +153,17 @@ class Erasing:
 
 @AUGMENTS.register("mixup_alpha", stage="mix")
 class Mixing:
-    """Mixup and cutmix (brisk.data.mixing): with both on, each batch gets one of the two."""
+    """Mixup and cutmix (brisk.data.mixing): with both on, each batch gets one of the two. Each alpha is that of
+    Beta(alpha, alpha), which needs alpha > 0."""
 
-    def __init__(self, num_classes: int, mixup_alpha: float | None = None, cutmix_alpha: float | None = None) -> None:
-        self.mix = mixing.mixer(num_classes, mixup_alpha, cutmix_alpha)
+    def __init__(self, mixup_alpha: float | None = None, cutmix_alpha: float | None = None) -> None:
+        for key, alpha in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
+            if alpha is not None:
+                check(f"data.augment.{key}", alpha, lambda v: v > 0, "a number > 0 (or null)")
+        self.mixup_alpha, self.cutmix_alpha = mixup_alpha, cutmix_alpha
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.mix(x, y)
+    def mixer(self, num_classes: int) -> mixing.Mixer | None:
+        return mixing.mixer(num_classes, self.mixup_alpha, self.cutmix_alpha)
 
 
 AUGMENTS.register("cutmix_alpha", Mixing, stage="mix")
@@ -173,17 +178,15 @@ class Augmentation:
         chosen: dict[Callable, dict[str, Any]] = {}  # op class -> its keys' values, in the order of the keys
         for key, value in augment.items():
             op = AUGMENTS.get(key, f"data.augment.{key}")
-            if on(value):
+            mix = AUGMENTS.meta(key)["stage"] == "mix"
+            if on(value) or (mix and value is not None):  # a mix key's 0 or false reaches its op, which refuses it
                 chosen.setdefault(op, {})[key] = value
         self.alternating = augment.get("flip") == "alternate"
         self._ops: dict[str, list] = {stage: [] for stage in STAGES}
-        self._mix: list[tuple[Callable, dict[str, Any]]] = []
         for op, values in chosen.items():
-            stage = AUGMENTS.meta(next(iter(values)))["stage"]
-            if stage == "mix":
-                self._mix.append((op, values))  # built by `mixer`, which knows the number of classes
-            else:
-                self._ops[stage].append(op(**values))
+            self._ops[AUGMENTS.meta(next(iter(values)))["stage"]].append(op(**values))
+        if len(self._ops["mix"]) > 1:
+            raise BriskError("data.augment: two mixing ops are on, and a batch can be mixed by one. Turn one off.")
         self._float: dict[torch.device, nn.Module] = {}
 
     @property
@@ -209,8 +212,5 @@ class Augmentation:
         return y.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
 
     def mixer(self, num_classes: int) -> Callable | None:
-        """The mixing op, with labels (x, y) -> (x, soft y), or None when no mixing key is on."""
-        mixers = [op(num_classes=num_classes, **values) for op, values in self._mix]
-        if len(mixers) > 1:
-            raise BriskError("data.augment: two mixing ops are on, and a batch can be mixed by one. Turn one off.")
-        return mixers[0] if mixers else None
+        """The mixing op's (x, y) -> (x, soft y) for `num_classes`, or None when no mixing key is on."""
+        return self._ops["mix"][0].mixer(num_classes) if self._ops["mix"] else None

@@ -26,8 +26,14 @@ FIT_METRICS = ("val/acc", "val/loss", "val/acc_best", "train/loss", "train/acc")
 TTA = ("none", "flip", "flip_translate")
 
 
-def check_optimizer(optimizer: Mapping[str, Any]) -> None:
-    """Refuse a weight decay in the optimizer's config: the parameter groups set their own, which overrides it."""
+def check_optimizer(optimizer: Mapping[str, Any], scheduler: Mapping[str, Any] | None = None) -> None:
+    """What the optimizer's and the schedule's configs may not hold, refused as the model is built: brisk.train builds
+    it before any data is read, and the optimizer and schedule themselves are built only in configure_optimizers,
+    after it. A weight decay in the optimizer's config would do nothing: the parameter groups set their own."""
+    if "momentum" in optimizer:
+        check("optimizer.momentum", optimizer["momentum"], lambda v: 0 <= v <= 1, "a number in [0, 1]")
+    if scheduler and "pct_start" in scheduler:  # OneCycleLR's warm-up, a share of the run's steps
+        check("scheduler.pct_start", scheduler["pct_start"], lambda v: 0 < v < 1, "a number in (0, 1)")
     if "weight_decay" in optimizer:
         value = optimizer["weight_decay"]
         raise BriskError(
@@ -99,7 +105,7 @@ class ImageClassifier(L.LightningModule):
         net, optimizer, scheduler, class_names = plain(net), plain(optimizer), plain(scheduler), list(class_names)
         class_weights = plain(class_weights)
         weights = losses.class_weights(class_weights, len(class_names))
-        check_optimizer(optimizer)
+        check_optimizer(optimizer, scheduler)
         self.save_hyperparameters()
         num_classes = len(class_names)
         self.net = NETS.build(net, num_classes=num_classes)  # a net takes num_classes: the data decides it

@@ -23,8 +23,7 @@ from brisk.run.builder import check_always_on
 from brisk.utils import run_files
 from brisk.utils.config import plain
 
-# ckpt_path values that Lightning resolves itself rather than reading as a file name.
-INT, NUM, BOOL = "a whole number", "a number", "true or false"
+INT, NUM = "a whole number", "a number"
 _ABSENT = object()
 # key: (kind, test, what the test asks, other values allowed). A key absent from the config (another
 # model, another dataset) is skipped.
@@ -37,37 +36,6 @@ VALUES = {
     "trainer.gradient_clip_val": (NUM, lambda v: v >= 0, ">= 0", (None,)),
     "trainer.limit_train_batches": (NUM, lambda v: v > 0, "> 0", (None,)),  # 0 batches would train nothing
     "trainer.limit_val_batches": (NUM, lambda v: v >= 0, ">= 0", (None,)),
-    "data.augment.mixup_alpha": (NUM, lambda v: v > 0, "> 0", (None,)),  # Beta(alpha, alpha); null: off
-    "data.augment.cutmix_alpha": (NUM, lambda v: v > 0, "> 0", (None,)),
-    "optimizer.momentum": (NUM, lambda v: 0 <= v <= 1, "in [0, 1]", ()),
-    "scheduler.pct_start": (NUM, lambda v: 0 < v < 1, "in (0, 1)", ()),
-}
-# The counts and sizes the other entry points add, under the same rules; each checks VALUES and its own table
-# first thing, before a checkpoint is read. A 0 there fails only at the end, deep in a library: a DataLoader,
-# onnxruntime's calibration, statistics.median of no timings, the LR finder's schedule (ZeroDivisionError).
-PREDICT = {
-    "top_k": (INT, lambda v: v >= 1, ">= 1", ()),
-    "batch_size": (INT, lambda v: v >= 1, ">= 1", ()),
-}
-EXPORT = {
-    "export.tolerance": (NUM, lambda v: v >= 0, ">= 0", ()),
-    "export.calibration_batches": (INT, lambda v: v >= 1, ">= 1", ()),
-    "export.reduce_range": (BOOL, None, "", ()),
-    "export.bench_batch": (INT, lambda v: v >= 1, ">= 1", ()),
-    "export.bench_runs": (INT, lambda v: v >= 1, ">= 1", ()),
-    "export.threads": (INT, lambda v: v >= 1, ">= 1", (None,)),
-}
-# Tuner.lr_find's and Tuner.scale_batch_size's arguments (lightning 2.6.6), whichever tune=lr|batch_size sets.
-TUNE = {
-    "tune.min_lr": (NUM, lambda v: v > 0, "> 0", ()),
-    "tune.max_lr": (NUM, lambda v: v > 0, "> 0", ()),
-    "tune.num_training": (INT, lambda v: v >= 1, ">= 1", ()),
-    "tune.early_stop_threshold": (NUM, lambda v: v > 0, "> 0", (None,)),
-    "tune.init_val": (INT, lambda v: v >= 1, ">= 1", ()),
-    "tune.max_trials": (INT, lambda v: v >= 1, ">= 1", ()),
-    "tune.steps_per_trial": (INT, lambda v: v >= 1, ">= 1", ()),
-    "tune.max_val": (INT, lambda v: v >= 1, ">= 1", ()),
-    "tune.margin": (NUM, lambda v: 0 <= v < 1, "in [0, 1)", ()),
 }
 
 
@@ -103,19 +71,15 @@ def types(cfg: DictConfig) -> None:
                 registry.check(plain(spec), f"{registry.key}.{name}")
 
 
-def values(cfg: DictConfig, *tables: dict) -> None:
-    """Types and ranges of the keys in VALUES, then in each of `tables` (PREDICT, EXPORT, TUNE): a wrong one would
-    crash deep in a library, or run wrong."""
-    for key, (kind, test, wanted, allowed) in (row for table in (VALUES, *tables) for row in table.items()):
+def values(cfg: DictConfig) -> None:
+    """Types and ranges of the keys in VALUES, which every entry point has: a wrong one would crash deep in a
+    library, or run wrong. The entry points' own values are checked where each takes them."""
+    for key, (kind, test, wanted, allowed) in VALUES.items():
         value = OmegaConf.select(cfg, key, default=_ABSENT)
         if value is _ABSENT or (value in allowed and not isinstance(value, bool)):
             continue
-        if kind == BOOL:
-            ok = isinstance(value, bool)
-        else:
-            number = isinstance(value, int if kind == INT else (int, float)) and not isinstance(value, bool)
-            ok = number and math.isfinite(value) and test(value)
-        if not ok:
+        number = isinstance(value, int if kind == INT else (int, float)) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and test(value)):
             also = f" (or {', '.join('null' if a is None else str(a) for a in allowed)})" if allowed else ""
             raise BriskError(f"{key}={value!r} must be {' '.join(filter(None, (kind, wanted)))}{also}.", key)
 

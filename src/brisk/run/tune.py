@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import BatchSizeFinder, LearningRateFinder
 from lightning.pytorch.tuner import Tuner
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from brisk.errors import BriskError
+from brisk.errors import BriskError, check
 from brisk.run import checks, devices
 from brisk.run.builder import build_datamodule, build_model
 from brisk.run.prepare import build_trainer
@@ -60,7 +60,7 @@ def refuse_distributed(cfg: DictConfig) -> None:
 def check_args(cfg: DictConfig) -> None:
     """The finder's arguments, before anything is built: Lightning takes a 0 or an unknown mode and fails mid-search
     (ZeroDivisionError, an assert), or with a TypeError for a key it does not take."""
-    checks.values(cfg, checks.TUNE)  # brisk-train's values too: seed_everything raises on a seed out of range
+    checks.values(cfg)  # brisk-train's seed and trainer.*: seed_everything raises on a seed out of range
     method = cfg.tune.get("method")
     if method not in FINDERS:
         raise BriskError(f"tune.method={method} is unknown: use tune=lr or tune=batch_size.")
@@ -72,6 +72,17 @@ def check_args(cfg: DictConfig) -> None:
             f"{', '.join(f'tune.{k}' for k in sorted(taken))}."
         )
     args = {k: params[k].default for k in taken} | {k: cfg.tune[k] for k in taken if k in cfg.tune}
+    if method == "lr_find":
+        for key in ("min_lr", "max_lr"):
+            check(f"tune.{key}", args[key], lambda v: v > 0, "a number > 0")
+        check("tune.num_training", args["num_training"], lambda v: v >= 1, "a whole number >= 1", int)
+        if args["early_stop_threshold"] is not None:  # null: the finder never stops early
+            check("tune.early_stop_threshold", args["early_stop_threshold"], lambda v: v > 0, "a number > 0 (or null)")
+    else:
+        for key in ("init_val", "max_trials", "steps_per_trial", "max_val"):
+            check(f"tune.{key}", args[key], lambda v: v >= 1, "a whole number >= 1", int)
+        # margin: the share binsearch takes off the size it found
+        check("tune.margin", args["margin"], lambda v: 0 <= v < 1, "a number in [0, 1)")
     modes = sorted(FINDERS[method].SUPPORTED_MODES, key=lambda m: m != params["mode"].default)  # the default first
     if str(args["mode"]).lower() not in modes:  # Lightning lowercases it
         raise BriskError(f"tune.mode={args['mode']} is unknown for Tuner.{method}: use {' or '.join(modes)}.")
@@ -90,7 +101,10 @@ def tune(cfg: DictConfig) -> None:
     method = args.pop("method")
     if method == "lr_find":
         cfg = _whole_range(cfg, args["num_training"])
-    trainer, datamodule, model = build_trainer(cfg), build_datamodule(cfg), build_model(cfg)
+    # The model first, as brisk-train builds it: what it refuses (an optimizer's momentum) stops before the Trainer.
+    datamodule = build_datamodule(cfg)
+    model = build_model(cfg, datamodule)  # its net's own input statistics, if any, go to this DataModule
+    trainer = build_trainer(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     tuner = Tuner(trainer)
     result: dict = {"method": method, "args": args}
