@@ -3,6 +3,7 @@ on the CPU, real signals to the job process the user started."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import pytest
 from optuna.pruners import MedianPruner, PatientPruner, ThresholdPruner
 from optuna.trial import TrialState
 
-from background import background_train
+from background import background_train, checkpoint_step, wait_for_step
 from brisk.errors import BriskError
 from brisk.search.report import Trial
 from helpers import TINY, processes_of, read_summary, run_cli, run_dir_of
@@ -132,3 +133,76 @@ def test_a_sweep_runs_each_job_on_its_own_ranks_in_its_own_run_directory(project
     assert [p.name for p in runs] == ["0", "1"], proc.stdout[-3000:]
     assert [read_summary(p)["world_size"] for p in runs] == [2, 2]
     assert [read_summary(p)["seed"] for p in runs] == [1, 2]
+
+
+def test_ctrl_c_to_the_job_stops_every_rank_with_one_checkpoint_and_exits_130(project):
+    # A terminal's Ctrl-C reaches the job's foreground group; the agent started each rank in a session of its own, so
+    # the ranks hear of it only from the agent, which forwards it.
+    run_dir = project / "run"
+    with background_train([*TINY, *ELASTIC, "trainer.max_epochs=20", f"hydra.run.dir={run_dir}"], project) as proc:
+        _started(proc, run_dir)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+        out, err = proc.output()
+        left = _gone(project)
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert err.count("brisk: interrupted") == 1 and "brisk: interrupted by SIGINT at global step" in err, err[-3000:]
+    assert [p.name for p in (run_dir / "checkpoints").glob("*.ckpt")] == ["last.ckpt"]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert left == [], "a rank outlived the job"
+
+
+@pytest.mark.parametrize("when", ["importing", pytest.param("ready", marks=pytest.mark.slow)])  # ready: ~20 s more
+def test_ctrl_c_before_training_exits_130_with_one_line_and_leaves_no_run_directory(when, project):
+    # importing: the ranks are still importing torch, where a SIGINT would end rank 0 with a KeyboardInterrupt
+    # traceback on the console. ready: rank 0 is in brisk's task (ranks.guard) and says it stopped itself.
+    run_dir = project / "run"
+    with background_train([*TINY, *ELASTIC, "trainer.max_epochs=1", f"hydra.run.dir={run_dir}"], project) as proc:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            if when == "importing" and len(processes_of(project)) == 3:  # the job and its two ranks
+                break
+            if when == "ready" and (run_dir / "ranks" / "ready").is_file():
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None and time.monotonic() < deadline, f"never {when}: {proc.output()[1][-3000:]}"
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+        out, err = proc.output()
+        left = _gone(project)
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("brisk: ")]
+    assert len(lines) == 1 and lines[0].startswith("brisk: interrupted by SIGINT"), err[-3000:]
+    assert "no checkpoint written" in lines[0] and "Traceback" not in err, err[-3000:]
+    assert not run_dir.exists(), "a run stopped before its first step left its folder"
+    assert left == [], "a rank outlived the job"
+
+
+@pytest.mark.slow  # ~60 s on 2 cores: a stopped job and its resume, three processes each
+def test_a_job_stopped_by_sigterm_resumes_on_its_ranks_and_trains_on_from_its_checkpoint(project):
+    # 8 optimizer steps per epoch (1200 - 400 images, batches of 100 over 2 ranks); stopped once epoch 0 is saved.
+    run_dir = project / "run"
+    args = [*TINY, *ELASTIC, "data.synthetic.n_train=1200", "data.val_size=400", "trainer.max_epochs=3"]
+    args += [f"hydra.run.dir={run_dir}"]
+    last = run_dir / "checkpoints" / "last.ckpt"
+    with background_train(args, project) as proc:
+        wait_for_step(proc, last, 8)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+        err = proc.output()[1]
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    stopped = checkpoint_step(last)
+    assert 8 <= stopped < 24 and f"brisk: interrupted by SIGTERM at global step {stopped} " in err, err[-3000:]
+    assert not (run_dir / "summary.json").exists()
+
+    resumed = run_cli("train", [*args, "ckpt_path=last"], project)
+    assert f"Restoring states from the checkpoint path at {last}" in resumed.stdout + resumed.stderr
+    assert run_dir_of(resumed) == run_dir
+    s = read_summary(run_dir)
+    assert (s["global_step"], s["world_size"]) == (24, 2)
+    assert s["distributed"]["cluster_environment"] == "TorchElasticEnvironment"
+    assert (run_dir / ".hydra" / "resume-1" / "config.yaml").is_file()  # the resume's own record beside the first
+    # The resumed job trained on from the saved step: what it logged (its own csv version) starts after it.
+    with open(run_dir / "csv" / "version_1" / "metrics.csv") as f:
+        steps = [int(row["step"]) for row in csv.DictReader(f)]
+    assert steps and min(steps) >= stopped, (stopped, steps)

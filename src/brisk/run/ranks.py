@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from typing import NoReturn
 
 from omegaconf import DictConfig
@@ -29,6 +30,7 @@ from brisk.run.rundir import Run
 from brisk.utils import run_files
 
 ENV = "BRISK_ELASTIC"  # in a rank's environment: the job's process id, its parent
+READY = "BRISK_ELASTIC_READY"  # in a rank's environment: the file rank 0 creates once brisk's code takes Ctrl-C
 # The agent's wait between the stop signal it forwards and SIGKILL (torch's default): a rank's checkpoint on SIGTERM
 # (brisk.callbacks.SigtermCheckpoint) must be written by then.
 SHUTDOWN_SECONDS = 30
@@ -59,6 +61,8 @@ def guard() -> None:
     launch.die_with_parent()
     if os.getppid() != int(job):
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("LOCAL_RANK") == "0" and (ready := os.environ.get(READY)):
+        open(ready, "a").close()  # from here on a SIGINT ends this rank with brisk's one line (brisk.cli)
 
 
 def run(cfg: DictConfig, run: Run, nprocs: int) -> float | None:
@@ -91,29 +95,66 @@ def run(cfg: DictConfig, run: Run, nprocs: int) -> float | None:
         role="",  # with this template, rank 0's lines reach the console as they are, with no "[role0]:" before them
         log_line_prefix_template="${role_name}",
         shutdown_timeout=SHUTDOWN_SECONDS,
+        signals_to_handle="SIGTERM,SIGHUP,SIGQUIT",  # SIGINT: _CtrlC
     )
     os.environ[ENV] = str(os.getpid())
     os.environ.pop(report.ENV, None)  # one from the user's own environment names no trial of this job
     if handed is not None:
         os.environ[report.ENV] = handed
+    ready = run.dir / "ranks" / "ready"
+    ready.parent.mkdir(exist_ok=True)
+    ready.unlink(missing_ok=True)  # only this launch's rank 0 says it is ready
+    os.environ[READY] = str(ready)
     quiet = logging.root.manager.disable
     logging.disable(logging.ERROR)  # the agent's own lines on a rank's failure or a signal: the job says it in one
+    ctrl_c = _CtrlC(ready, SignalException)
     try:
-        elastic_launch(config, sys.executable)(*launch.rank_args())
+        with ctrl_c:
+            elastic_launch(config, sys.executable)(*launch.rank_args())
     except ChildFailedError as e:
         _pruned(trial, pruned)
         _failed(e, run)
     except SignalException as e:
-        _stopped(signal.Signals(e.sigval), run)
+        _stopped(signal.SIGINT if ctrl_c.pressed else signal.Signals(e.sigval), run)
     finally:
-        os.environ.pop(ENV, None)
-        os.environ.pop(report.ENV, None)
+        # the agent's own variable too: it holds the signals above, which no other launch should take over
+        for name in (ENV, READY, report.ENV, "TORCHELASTIC_SIGNALS_TO_HANDLE"):
+            os.environ.pop(name, None)
+        ready.unlink(missing_ok=True)
         logging.disable(quiet)
     _pruned(trial, pruned)
     summary = run.dir / "summary.json"
     if not cfg.get("optimized_metric") or not summary.is_file():
         return None
     return run_files.load_json(summary)["metrics"].get(cfg.optimized_metric)  # bounded, as every run file is read
+
+
+class _CtrlC:
+    """The job's own SIGINT handler while the agent runs (LaunchConfig.signals_to_handle leaves it SIGINT).
+
+    The agent would send the ranks the SIGINT it got. A rank still importing (the first seconds: torch, Lightning)
+    dies of it with a KeyboardInterrupt traceback, and rank 0's reaches the console through the tee. So the ranks get
+    SIGINT only once rank 0 has reached brisk's task (`guard` creates `ready`), where brisk stops it with one line;
+    before that SIGTERM, whose default action ends a process quietly, and the job itself says it was interrupted.
+    The agent's exception, raised here, makes it stop the ranks as on its own signals."""
+
+    def __init__(self, ready, signal_exception) -> None:
+        self.ready, self.signal_exception, self.pressed = ready, signal_exception, False
+        self._saved = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():  # where Python runs signal handlers, and sets them
+            self._saved = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._saved is not None:
+            signal.signal(signal.SIGINT, self._saved)
+
+    def _handle(self, signum, frame) -> NoReturn:
+        self.pressed = True
+        to_ranks = signal.SIGINT if self.ready.is_file() else signal.SIGTERM
+        raise self.signal_exception(f"Process {os.getpid()} got signal: SIGINT", sigval=to_ranks)
 
 
 def _pruned(trial, pruned) -> None:
@@ -155,9 +196,10 @@ def _failed(e, run: Run) -> NoReturn:
 
 
 def _stopped(signum: signal.Signals, run: Run) -> NoReturn:
-    """The agent took a stop signal and sent it to the ranks. Rank 0 said where it saved if it was training; before
-    that no rank said anything, and nothing was saved."""
+    """The agent took a stop signal and sent it to the ranks. Rank 0 said where it saved if it was training, or that
+    it stopped outside training once in brisk's task; before that no rank said anything, and nothing was saved. A run
+    stopped before its first step leaves no directory: rank 0 removes none under this launch, the job holds it."""
     if not _line(_said(run, 0)):
         print(f"brisk: interrupted by {signum.name} before training; no checkpoint written", file=sys.stderr)
-        run.refused()
+    run.refused()  # nothing once the run has started
     sys.exit(128 + signum)
