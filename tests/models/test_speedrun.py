@@ -156,17 +156,22 @@ def test_dirac_convs_pass_their_input_channels_through_at_init():
     assert not torch.allclose(conv(x)[:, :24], x, atol=1e-2)  # without it, no identity
 
 
+# Two parts in the default suite (the whitening itself off, and lookahead off with the whitening checked after
+# training); the other six in the slow tier: each is a 2-epoch fit, 30-44 s on a busy 2-core machine.
+SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize(
     "off",
     [
         "model.net.whiten_init=false",
-        "model.net.dirac=false",
-        "model.norm_lr_mult=1",
+        pytest.param("model.net.dirac=false", marks=SLOW),
+        pytest.param("model.norm_lr_mult=1", marks=SLOW),
         "~callbacks.lookahead",
-        "model.label_smoothing=0",
-        "data.augment.flip=true",
-        "data.resident=false",
-        "scheduler=none",
+        pytest.param("model.label_smoothing=0", marks=SLOW),
+        pytest.param("data.augment.flip=true", marks=SLOW),
+        pytest.param("data.resident=false", marks=SLOW),
+        pytest.param("scheduler=none", marks=SLOW),
     ],
 )
 def test_the_recipe_trains_with_any_one_part_off(project, off):
