@@ -74,10 +74,20 @@ def store() -> None:
     # the optimizer and schedule have groups of their own, the class names come from the data (brisk.models.build)
     model = from_signature("Model", ImageClassifier.__init__, ("optimizer", "scheduler", "class_names"))
     store(name="model_schema", node=model)
+    # one per torch optimizer (conf/optimizer/sgd.yaml starts from sgd_optimizer_schema), with its `type`: every
+    # argument works without a +. Less the parameters, which the classifier passes, and weight_decay, which its
+    # parameter groups set (model.weight_decay). brisk's own optimizers (muon, sgd_per_1024) have none: their modules
+    # would then be imported into every command.
+    from brisk.registry import CALLBACKS, OPTIMIZERS
+
+    for name in (n for n, module in OPTIMIZERS.shipped.items() if module == "brisk.optim"):
+        node = from_signature(
+            f"Optimizer_{name}", OPTIMIZERS.get(name).__init__, ("params", "weight_decay"), {"type": name}
+        )
+        store(name=f"{name}_optimizer_schema", node=node)
     # one per Lightning callback a config picks by name, each with its `type`: a lever's file starts from its schema
     # (conf/callbacks/ema.yaml). Only those registered in brisk.callbacks itself: a schema of brisk's own callbacks
     # would import every one of them (pruning, the plots, the search's) into every command.
-    from brisk.registry import CALLBACKS
 
     for name in (n for n, module in CALLBACKS.shipped.items() if module == "brisk.callbacks"):
         node = from_signature(f"Callback_{name}", CALLBACKS.get(name).__init__, extra={"type": name})
