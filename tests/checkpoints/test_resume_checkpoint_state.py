@@ -11,7 +11,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import FINISHED, assert_user_error, brisk_train, tree
+from helpers import FINISHED, assert_user_error, brisk_train, compose_cfg, tree
 
 CONF = Path(__file__).parents[2] / "conf"
 
@@ -49,7 +49,7 @@ def test_a_poisoned_or_mismatched_checkpoint_is_refused_before_any_step(
     shutil.copytree(finished_run, run)
     # Saved with an epoch schedule, so the resume for a second epoch is one the config check lets through.
     saved = OmegaConf.load(run / ".hydra" / "config.yaml")
-    saved.scheduler = OmegaConf.load(CONF / "scheduler" / "step.yaml")
+    saved.scheduler = compose_cfg(["scheduler=step"], run).scheduler  # as a run records it
     OmegaConf.save(saved, run / ".hydra" / "config.yaml")
     last = run / "checkpoints" / "last.ckpt"
     checkpoint = torch.load(last, weights_only=True)

@@ -18,7 +18,7 @@ from brisk import cli
 from brisk.cli import CONFIG_PATH
 from brisk.errors import BriskError
 from brisk.optim import schedules
-from brisk.registry import CALLBACKS, NETS, OPTIMIZERS
+from brisk.registry import CALLBACKS, NETS, OPTIMIZERS, SCHEDULES
 from brisk.run.builder import build_datamodule, build_model
 from brisk.run.prepare import build_trainer
 from brisk.utils.config import plain
@@ -181,6 +181,27 @@ def test_a_lever_callback_has_every_argument_with_its_classs_default(lever, tmp_
     parameters = inspect.signature(CALLBACKS.get(lever).__init__).parameters
     defaults = {k: p.default for k, p in parameters.items() if k in node and k not in own}
     assert len(defaults) >= 3 and {k: node[k] for k in defaults} == defaults
+
+
+@pytest.mark.parametrize(
+    "group, name", [("optimizer", n) for n in ("sgd", "adam", "adamw")] + [("scheduler", n) for n in SCHEDULES.shipped]
+)
+def test_a_torch_optimizer_and_every_schedule_have_each_argument_with_its_default(group, name, tmp_path):
+    """brisk.run.schemas: the option's file starts from the signature, so it holds only what brisk sets differently,
+    any other argument works without a `+`, and a misspelt one is refused while composing, naming the nearest."""
+    node = compose_cfg([f"{group}={name}"], tmp_path)[group]
+    own = set(OmegaConf.load(Path(CONFIG_PATH) / f"{group}/{name}.yaml")) - {"defaults"}
+    built = (OPTIMIZERS if group == "optimizer" else SCHEDULES).get(name)
+    parameters = inspect.signature(built).parameters
+    defaults = {k: p.default for k, p in parameters.items() if k in node and k not in own}
+    assert {k: node[k] for k in defaults} == defaults and len(defaults) >= 2, node
+    assert not {"params", "optimizer", "total_steps", "weight_decay"} & set(node)  # what brisk passes or sets itself
+    first = next(iter(defaults))
+    with pytest.raises(Exception) as error:
+        compose_cfg([f"{group}={name}", f"{group}.{first}x=1"], tmp_path)
+    assert explain(error.value).key == f"{group}.{first}x" and f"did you mean {group}.{first}" in str(
+        explain(error.value)
+    )
 
 
 @pytest.mark.parametrize("file, target, keys", LIBRARY_DEFAULTS, ids=[f for f, _, _ in LIBRARY_DEFAULTS])

@@ -65,7 +65,7 @@ def test_an_epoch_schedule_resumes_for_more_epochs_and_says_what_changed(finishe
     shutil.copytree(finished_run / "checkpoints", run / "checkpoints")
     shutil.copytree(finished_run / ".hydra", run / ".hydra")
     saved = OmegaConf.load(run / ".hydra" / "config.yaml")
-    saved.scheduler = OmegaConf.load(Path(__file__).parents[2] / "conf" / "scheduler" / "step.yaml")
+    saved.scheduler = compose_cfg(["scheduler=step"], run).scheduler  # as a run records it
     OmegaConf.save(saved, run / ".hydra" / "config.yaml")
     last = run / "checkpoints" / "last.ckpt"
     cfg = compose_cfg(
@@ -82,7 +82,7 @@ def _with_step_schedule(finished_run: Path, run: Path) -> None:
     shutil.copytree(finished_run / "checkpoints", run / "checkpoints")
     shutil.copytree(finished_run / ".hydra", run / ".hydra")
     saved = OmegaConf.load(run / ".hydra" / "config.yaml")
-    saved.scheduler = OmegaConf.load(Path(__file__).parents[2] / "conf" / "scheduler" / "step.yaml")
+    saved.scheduler = compose_cfg(["scheduler=step"], run).scheduler  # as a run records it
     OmegaConf.save(saved, run / ".hydra" / "config.yaml")
 
 
@@ -133,12 +133,10 @@ def test_resuming_a_finished_run_leaves_it_as_it_was(finished_run, brisk_root, c
     assert not (finished_run / "csv" / "version_1").exists()
 
 
-def test_onecycle_warms_up_over_two_steps_where_pct_start_gives_one(caplog):
+def test_onecycle_warms_up_over_two_steps_where_pct_start_gives_one(caplog, tmp_path):
     # 4 optimizer steps x pct_start 0.25 (e.g. 2 ranks, accumulation 4, 2,000 images at batch 100): torch's
     # OneCycleLR divides by zero at a warm-up of one step, so the run warms up over two.
-    config = OmegaConf.load(Path(__file__).parents[2] / "conf" / "scheduler" / "onecycle.yaml")
-    config.max_lr = 0.1  # ${optimizer.lr} in a composed config
-    config = plain(config)
+    config = plain(compose_cfg(["scheduler=onecycle", "optimizer.lr=0.1"], tmp_path).scheduler)
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     with caplog.at_level(logging.INFO, logger="brisk"):
         scheduler, _ = schedules.build(config, optimizer, lambda interval: 4)
@@ -156,8 +154,8 @@ def test_onecycle_warms_up_over_two_steps_where_pct_start_gives_one(caplog):
 
 
 @pytest.mark.parametrize("total", [1, 2, 3, 4])
-def test_cosine_handles_runs_shorter_than_its_warmup(total):
-    config = plain(OmegaConf.load(Path(__file__).parents[2] / "conf" / "scheduler" / "cosine.yaml"))
+def test_cosine_handles_runs_shorter_than_its_warmup(total, tmp_path):
+    config = plain(compose_cfg(["scheduler=cosine"], tmp_path).scheduler)
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
     scheduler, _ = schedules.build(config, optimizer, lambda interval: total)
     lrs = []

@@ -78,13 +78,20 @@ def store() -> None:
     # argument works without a +. Less the parameters, which the classifier passes, and weight_decay, which its
     # parameter groups set (model.weight_decay). brisk's own optimizers (muon, sgd_per_1024) have none: their modules
     # would then be imported into every command.
-    from brisk.registry import CALLBACKS, OPTIMIZERS
+    from brisk.registry import CALLBACKS, OPTIMIZERS, SCHEDULES
 
     for name in (n for n, module in OPTIMIZERS.shipped.items() if module == "brisk.optim"):
         node = from_signature(
             f"Optimizer_{name}", OPTIMIZERS.get(name).__init__, ("params", "weight_decay"), {"type": name}
         )
         store(name=f"{name}_optimizer_schema", node=node)
+    # one per shipped schedule, with its `type` and `interval` (how often Lightning steps it); less the optimizer
+    # and the run's total_steps, which brisk passes (brisk.optim.schedules.build). Their module is every run's.
+    for name in SCHEDULES.shipped:
+        make, extra = SCHEDULES.get(name), {"type": name, "interval": "step"}
+        fn = make.__init__ if isinstance(make, type) else make  # a class's hints are its __init__'s
+        node = from_signature(f"Schedule_{name}", fn, ("optimizer", "total_steps"), extra)
+        store(name=f"{name}_scheduler_schema", node=node)
     # one per Lightning callback a config picks by name, each with its `type`: a lever's file starts from its schema
     # (conf/callbacks/ema.yaml). Only those registered in brisk.callbacks itself: a schema of brisk's own callbacks
     # would import every one of them (pruning, the plots, the search's) into every command.
