@@ -41,8 +41,10 @@ def test_single_run_has_one_directory_and_global_metrics(root):
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best-epoch000.ckpt", "last.ckpt"]
     s = read_summary(run_dir)
     assert s["world_size"] == 2 and s["per_device_batch"] == 50 and s["global_batch"] == 100
-    assert s["distributed"]["cluster_environment"] == "LightningEnvironment"
-    assert (run_dir / "train_rank1.log").is_file(), "rank 1 logs beside rank 0, in the same directory"
+    # ranks=elastic, the default: TorchElastic's agent started the ranks, and rank 1's lines are in its file there
+    assert s["distributed"]["cluster_environment"] == "TorchElasticEnvironment"
+    (rank1,) = run_dir.glob("ranks/*/attempt_0/1/stderr.log")
+    assert "Initializing distributed: GLOBAL_RANK: 1" in rank1.read_text(), "rank 1 logs in the same directory"
     # Global metrics: the test accuracy logged by the 2-rank run is the one a single process computes
     # on the whole test split with the same checkpoint (each rank tested half of it).
     data = [o for o in TINY if o.startswith("data")]
@@ -54,17 +56,28 @@ def test_single_run_has_one_directory_and_global_metrics(root):
     assert s["metrics"]["test/top5_acc"] == pytest.approx(single_eval["metrics"]["test/top5_acc"], abs=1e-6)
 
 
-def test_sweep_runs_each_job_once_with_its_ranks(root):
-    proc = run_cli("train", ["-m", *TINY, *DDP, "optimizer.lr=0.01,0.02"], root)
+def rank1_logged(run_dir: Path, ranks: str) -> bool:
+    """Rank 1 wrote its log lines into its job's run directory: beside rank 0's under brisk's own launcher
+    (train_rank1.log), in the agent's files under ranks=elastic."""
+    if ranks == "brisk":
+        return (run_dir / "train_rank1.log").is_file()
+    return any("GLOBAL_RANK: 1" in f.read_text() for f in run_dir.glob("ranks/*/attempt_0/1/stderr.log"))
+
+
+# elastic: the default; brisk: its own launcher, still an option, whose rank processes are what sweeps once needed
+@pytest.mark.parametrize("ranks", ["elastic", "brisk"])
+def test_sweep_runs_each_job_once_with_its_ranks(ranks, root):
+    proc = run_cli("train", ["-m", *TINY, *DDP, "optimizer.lr=0.01,0.02", f"ranks={ranks}"], root)
     dirs = run_dirs(root)
     assert len(dirs) == 2 and {d.name for d in dirs} == {"0", "1"} and dirs[0].parent == dirs[1].parent
     assert not (root / "logs" / "train" / "runs").exists(), "a rank ran as a separate run"
     lrs = []
     for d in dirs:
         s = read_summary(d)
-        assert s["world_size"] == 2
+        environment = {"brisk": "LightningEnvironment", "elastic": "TorchElasticEnvironment"}[ranks]
+        assert s["world_size"] == 2 and s["distributed"]["cluster_environment"] == environment
         lrs.append(next(o for o in s["overrides"] if o.startswith("optimizer.lr")))
-        assert (d / "train_rank1.log").is_file()
+        assert rank1_logged(d, ranks)
     assert lrs == ["optimizer.lr=0.01", "optimizer.lr=0.02"]
     assert proc.stdout.count("Launching 2 jobs locally") == 1, "the sweep ran more than once"
 

@@ -53,7 +53,10 @@ def check_sweep(root: Path, jobs: int = 2, rank_logs: bool = True) -> list[dict]
         assert run_dir == table.parent / row["job"]
         s = read_summary(run_dir)
         assert s["world_size"] == 2 and s["overrides"] == row["overrides"].split()
-        assert (run_dir / "train_rank1.log").is_file() == rank_logs, "rank 1 logs beside rank 0, when brisk starts it"
+        # rank 1's own log file in its job's directory when brisk-train started it: TorchElastic's (the default), or
+        # train_rank1.log beside rank 0's (ranks=brisk); none when SLURM did
+        rank1 = [*run_dir.glob("ranks/*/attempt_0/1/stderr.log"), *run_dir.glob("train_rank1.log")]
+        assert len(rank1) == int(rank_logs), "rank 1 logs in its job's directory, when brisk-train starts it"
     assert not (root / "logs" / "train" / "runs").exists(), "a rank ran as a separate run"
     return rows
 

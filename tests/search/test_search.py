@@ -175,7 +175,8 @@ def test_ddp_trial_is_pruned_on_all_ranks_and_only_rank_zero_reports(project):
     (trial,) = load(f"sqlite:///{sweep / 'optuna.db'}").get_trials()
     assert trial.state == TrialState.PRUNED and list(trial.intermediate_values) == [0]
     assert "trial 0, epoch 0: val/acc_best" in (sweep / "0" / "train.log").read_text()
-    rank1 = (sweep / "0" / "train_rank1.log").read_text()
+    (rank1,) = (sweep / "0").glob("ranks/*/attempt_0/1/stderr.log")  # rank 1's lines (TorchElastic's file)
+    rank1 = rank1.read_text()
     assert "reported" not in rank1 and rank1, "rank 1 ran, and did not talk to the study"
 
 

@@ -1,4 +1,5 @@
-"""`ranks=elastic`: a DDP job's ranks on this node started by TorchElastic's agent, not by brisk's own launcher.
+"""`ranks=elastic`, the default: a DDP job's ranks on this node started by TorchElastic's agent, not by brisk's own
+launcher (ranks=brisk).
 
 The job process trains nothing: its agent (`elastic_launch`) starts each rank with this job's entry point, config and
 overrides again, in run mode, in the job's run directory (brisk.run.launch.rank_args), and waits for them. Lightning
@@ -48,7 +49,7 @@ def needed(cfg: DictConfig) -> int:
     if n > 1 and devices.num_nodes(cfg.trainer) > 1:
         raise BriskError(
             f"ranks=elastic starts the ranks of one node, and trainer.num_nodes={cfg.trainer.num_nodes}. Start each "
-            "node with torchrun or srun (docs/distributed.md), or leave ranks out.",
+            "node with torchrun or srun (docs/distributed.md), or with ranks=brisk.",
             "ranks",
         )
     return n
@@ -184,8 +185,14 @@ def _failed(e, run: Run) -> NoReturn:
     (its stderr is teed), else read from the rank's stderr.log. Anything else says where the rank's traceback is."""
     failures = sorted(e.failures.items())  # [(global rank, ProcessFailure)], those the agent saw end first
     rank, failure = next(((r, f) for r, f in failures if f.exitcode == 2), failures[0])
-    if _line(_said(run, 0)) or (rank == 0 and failure.exitcode == 2):
+    said = _line(_said(run, 0))
+    if said or (rank == 0 and failure.exitcode == 2):
         run.refused()
+        stopped = [f.exitcode for _, f in failures if f.exitcode > 128]  # rank 0's first
+        if said and said.startswith("brisk: interrupted by ") and stopped:
+            # A stop signal that reached a rank, not the agent (`kill <rank 0 pid>`): the ranks agreed on it, saved
+            # together and exited 128 + the signal; so does the job, as for a signal that the agent forwards.
+            sys.exit(stopped[0])
         sys.exit(2 if failure.exitcode == 2 else 1)
     if failure.exitcode == 2 and (line := _line(_said(run, failure.local_rank))):
         raise BriskError(line.removeprefix("brisk: error: "))
