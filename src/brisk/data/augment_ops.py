@@ -21,18 +21,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
 
 from brisk.data import augment as aug
-from brisk.data import mixing
 from brisk.errors import BriskError, check
 from brisk.registry import AUGMENTS
 
 STAGES = ("uint8", "float", "uint8_after", "mix")
 POLICIES = ("trivialaugment",)
+
+if TYPE_CHECKING:
+    from brisk.data.mixing import Mixer
 
 
 def on(value: Any) -> bool:
@@ -162,7 +164,9 @@ class Mixing:
                 check(f"data.augment.{key}", alpha, lambda v: v > 0, "a number > 0 (or null)")
         self.mixup_alpha, self.cutmix_alpha = mixup_alpha, cutmix_alpha
 
-    def mixer(self, num_classes: int) -> mixing.Mixer | None:
+    def mixer(self, num_classes: int) -> Mixer | None:
+        from brisk.data import mixing  # loaded only by the runs that mix
+
         return mixing.mixer(num_classes, self.mixup_alpha, self.cutmix_alpha)
 
 

@@ -19,7 +19,6 @@ from brisk.callbacks import (
     SigtermCheckpoint,
     SpeedMeter,
     StartupClock,
-    TimeToAccuracy,
 )
 from brisk.checkpoints.io import SafeCheckpointIO
 from brisk.errors import BriskError, check
@@ -133,7 +132,11 @@ def always_on(target_acc: float | None = None) -> list[L.Callback]:
     """Whatever the callbacks group says: the measurements in summary.json (find them in trainer.callbacks),
     exact resume, each rank's own augmentation draws, NaN stop, checkpoint on SIGTERM; with `target_acc`, the
     time-to-accuracy clock. They are PROMISES' names, listed in conf/train.yaml (checks.validate reads it)."""
-    clock = [TimeToAccuracy(target_acc)] if target_acc is not None else []
+    clock = []
+    if target_acc is not None:  # its module is loaded only by the runs that race a target
+        from brisk.callbacks.time_to_accuracy import TimeToAccuracy
+
+        clock = [TimeToAccuracy(target_acc)]
     return [
         *clock,
         SpeedMeter(),

@@ -16,7 +16,6 @@ from omegaconf import DictConfig
 from brisk.callbacks.model_summary import ModelSummary
 from brisk.callbacks.speed_meter import SpeedMeter
 from brisk.callbacks.startup_clock import StartupClock
-from brisk.callbacks.time_to_accuracy import TimeToAccuracy
 from brisk.models import metrics as model_metrics
 from brisk.models.sparsity import sparsity
 from brisk.run import launch
@@ -77,7 +76,11 @@ def of_training(
     """summary.json of a brisk-train run: its metrics (fit's and test's), speed, shape and where its checkpoints are.
     `job`: its directory and overrides; `tested` is the checkpoint the test loaded, `last` the run's last checkpoint."""
     speed, startup = (next(c for c in trainer.callbacks if isinstance(c, kind)) for kind in (SpeedMeter, StartupClock))
-    clock = next((c.report() for c in trainer.callbacks if isinstance(c, TimeToAccuracy)), None)
+    clock = None
+    if cfg.get("target_acc") is not None:  # the clock is there (always_on) and its module loaded only then
+        from brisk.callbacks.time_to_accuracy import TimeToAccuracy
+
+        clock = next((c.report() for c in trainer.callbacks if isinstance(c, TimeToAccuracy)), None)
     return {
         "run_dir": str(job.dir),
         "metrics": metrics,
