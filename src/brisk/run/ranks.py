@@ -16,11 +16,13 @@ that rank 0 writes (report.PRUNED): its exit code and its lines would say no mor
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import NoReturn
 
 from omegaconf import DictConfig
@@ -202,10 +204,22 @@ def _failed(e, run: Run) -> NoReturn:
     sys.exit(1)
 
 
+def _end_unheld_ranks() -> None:
+    """Kill and reap what the agent could not stop: ranks started just before the signal came, while it was still
+    starting them (it stops only those it already holds). One that lived on would run Hydra after the run directory
+    is removed and make it again (seen once in CI), and die only in `guard`, with no job to serve."""
+    for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        for pid in map(int, children.read_text().split()):
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+
+
 def _stopped(signum: signal.Signals, run: Run) -> NoReturn:
     """The agent took a stop signal and sent it to the ranks. Rank 0 said where it saved if it was training, or that
     it stopped outside training once in brisk's task; before that no rank said anything, and nothing was saved. A run
     stopped before its first step leaves no directory: rank 0 removes none under this launch, the job holds it."""
+    _end_unheld_ranks()
     if not _line(_said(run, 0)):
         print(f"brisk: interrupted by {signum.name} before training; no checkpoint written", file=sys.stderr)
     run.refused()  # nothing once the run has started
