@@ -78,6 +78,10 @@ class Registry:
             self._load(again=True)
         return name in self._entries
 
+    def registered(self) -> list[str]:
+        """The names registered so far, in the order they were (the augmentation ops: the order they run in)."""
+        return list(self._entries)
+
     def names(self) -> list[str]:
         self._load()
         return sorted(self._entries)

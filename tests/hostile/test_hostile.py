@@ -151,7 +151,7 @@ CASES = {
     "max_epochs_float": _args("trainer.max_epochs=1.5", needles=("trainer.max_epochs=1.5",)),
     "max_epochs_inf": _args("trainer.max_epochs=inf", needles=("trainer.max_epochs=inf",)),
     "val_size_negative": _args("data.val_size=-1", needles=("data.val_size=-1", ">= 0")),
-    "val_size_string": _args("data.val_size=half", needles=("data.val_size='half'",)),
+    "val_size_string": _args("data.val_size=half", needles=("data.val_size=half",)),
     "val_size_whole_split": _args("data.val_size=2000", needles=("data.val_size=2000", "1999")),
     "lr_string": _args("optimizer.lr=fast", needles=("optimizer.lr=fast", "positive number")),
     "lr_inf": _args("optimizer.lr=inf", needles=("optimizer.lr=inf",)),
@@ -162,10 +162,10 @@ CASES = {
     "flip_not_bool": _args(
         "data.augment.flip=maybe", needles=("data.augment.flip='maybe'", "true, false or alternate")
     ),
-    "resident_not_bool": _args("data.resident=gpu", needles=("data.resident='gpu'", "true or false")),
+    "resident_not_bool": _args("data.resident=gpu", needles=("data.resident=gpu", "bool")),
     "seed_negative": _args("seed=-1", needles=("seed=-1",)),
     "seed_huge": _args("seed=99999999999999999999", needles=("seed=99999999999999999999",)),
-    "batch_bool": _args("data.batch_size=true", needles=("data.batch_size=True",)),
+    "batch_bool": _args("data.batch_size=true", needles=("data.batch_size=true",)),
     "batch_zero": _args("data.batch_size=0", needles=("data.batch_size=0",)),
     "devices_negative": _args("trainer.devices=-2", needles=("trainer.devices=-2",)),
     "nodes_zero": _args("trainer.num_nodes=0", needles=("trainer.num_nodes=0",)),

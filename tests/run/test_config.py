@@ -16,9 +16,11 @@ from omegaconf import OmegaConf
 
 from brisk import cli
 from brisk.cli import CONFIG_PATH
+from brisk.data import augment_ops
+from brisk.data.base import TensorDataModule
 from brisk.errors import BriskError
 from brisk.optim import schedules
-from brisk.registry import CALLBACKS, NETS, OPTIMIZERS, SCHEDULES
+from brisk.registry import CALLBACKS, DATASETS, NETS, OPTIMIZERS, SCHEDULES
 from brisk.run.builder import build_datamodule, build_model
 from brisk.run.prepare import build_trainer
 from brisk.utils.config import plain
@@ -155,6 +157,11 @@ LIBRARY_DEFAULTS = [
     ("model/simple_cnn.yaml", "simple_cnn", ("net.dropout", "net.width")),
     ("model/resnet18.yaml", "resnet18", ("net.dropout",)),
     ("model/airbench.yaml", "airbench", ("net.dropout",)),
+    (
+        "data/image_folder.yaml",
+        "brisk.data.image_folder.ImageFolderDataModule",
+        ("root", "image_size", "skip_bad", "max_pixels", "cache_dir"),
+    ),
 ]
 
 
@@ -202,6 +209,38 @@ def test_a_torch_optimizer_and_every_schedule_have_each_argument_with_its_defaul
     assert explain(error.value).key == f"{group}.{first}x" and f"did you mean {group}.{first}" in str(
         explain(error.value)
     )
+
+
+@pytest.mark.parametrize("name", ["cifar10", "synthetic"])
+def test_each_dataset_has_its_own_and_the_shared_arguments_with_their_defaults(name, tmp_path):
+    """brisk.run.schemas: data/<name>.yaml starts from the DataModule's signature and its base's, so it holds only
+    what brisk sets differently; every augmentation key is there at its off value; a wrong type or a misspelt key is
+    refused while composing, naming the key (and the nearest)."""
+    node = compose_cfg([f"data={name}", "data.augment.rotate=15"], tmp_path).data
+    own = set(OmegaConf.load(Path(CONFIG_PATH) / f"data/{name}.yaml")) - {"defaults"}
+    signatures = (DATASETS.get(name), TensorDataModule)
+    parameters = {k: p for s in signatures for k, p in inspect.signature(s).parameters.items()}
+    defaults = {k: p.default for k, p in parameters.items() if k in node and k not in own and k != "augment"}
+    assert {k: node[k] for k in defaults} == defaults and {"batch_size", "split_seed", "dedup"} <= set(defaults)
+    assert node.augment.rotate == 15 and set(augment_ops.off()) <= set(node.augment)
+    assert not any(augment_ops.on(v) for k, v in node.augment.items() if k not in ("rotate", "crop_pad", "flip"))
+    for override, key, hint in (
+        ("data.batch_size=many", "data.batch_size", ""),
+        ("data.batchsize=3", "data.batchsize", "data.batch_size"),
+    ):
+        with pytest.raises(Exception) as error:
+            compose_cfg([f"data={name}", override], tmp_path)
+        assert explain(error.value).key == key and hint in str(explain(error.value))
+
+
+def test_a_dataset_of_ones_own_starts_from_the_shared_keys_and_adds_its_own(tmp_path):
+    """docs/data.md's recipe: a data/<name>.yaml of the user's own starts from `/datamodule@_here_`, gets every
+    shared key without a +, and adds keys that no schema knows."""
+    conf = tmp_path / "conf"
+    (conf / "data").mkdir(parents=True)
+    (conf / "data" / "mine.yaml").write_text("defaults:\n  - /datamodule@_here_\n  - _self_\ntype: mine\nshards: 4\n")
+    node = compose_cfg([f"hydra.searchpath=[file://{conf}]", "data=mine", "data.batch_size=64"], tmp_path).data
+    assert (node.type, node.shards, node.batch_size, node.val_size) == ("mine", 4, 64, 5000)
 
 
 @pytest.mark.parametrize("file, target, keys", LIBRARY_DEFAULTS, ids=[f for f, _, _ in LIBRARY_DEFAULTS])

@@ -19,6 +19,7 @@ A new op is one class (`@AUGMENTS.register("blur", stage="float")` with a `modul
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,15 @@ if TYPE_CHECKING:
 def on(value: Any) -> bool:
     """Whether a key's value turns its op on: 0, false and null are off."""
     return value is not None and value is not False and not (type(value) in (int, float) and value == 0)
+
+
+def off() -> dict[str, Any]:
+    """Each key of the ops this module registers, at its off value: the op's default, or null where it has none.
+    In the order the ops are defined here, which is the order they run in within a stage (data.augment's schema,
+    brisk.run.schemas: so `data.augment.rotate=15` works without a +)."""
+    keys = [k for k in AUGMENTS.registered() if AUGMENTS.get(k).__module__ == __name__]
+    defaults = (inspect.signature(AUGMENTS.get(k).__init__).parameters[k].default for k in keys)
+    return {k: None if d is inspect.Parameter.empty else d for k, d in zip(keys, defaults, strict=True)}
 
 
 @AUGMENTS.register("crop_pad", stage="uint8")

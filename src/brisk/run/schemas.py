@@ -36,29 +36,35 @@ def _field_type(hint: Any) -> Any:
     return Any
 
 
-def from_signature(name: str, fn: Any, skip: tuple[str, ...] = (), extra: dict[str, Any] | None = None) -> type:
-    """A dataclass with one field per keyword argument of `fn` (less `skip`), typed and defaulted as `fn` says,
-    plus `extra` fields ({name: default}). An argument without a default is mandatory (??? until set); one whose
-    default is an object YAML cannot write is left out, and keeps that default."""
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:  # a hint that names what this process has not imported: the field is Any
-        hints = {}
-    fields = [(key, Any, dataclasses.field(default=value)) for key, value in (extra or {}).items()]
-    for p in inspect.signature(fn).parameters.values():
-        if p.name in skip or p.name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            continue
-        kind = _field_type(hints.get(p.name, Any))
-        if p.default is p.empty:
-            fields.append((p.name, kind, dataclasses.field(default="???")))
-        elif not isinstance(p.default, (*PRIMITIVES, list, dict, tuple, type(None))):
-            continue  # an object (a theme, a device): YAML cannot write one, the constructor keeps its own
-        elif isinstance(p.default, (list, dict, tuple)):
-            fields.append((p.name, Any, dataclasses.field(default_factory=lambda d=p.default: d)))
-        else:
-            optional = kind if p.default is not None or kind is Any else typing.Optional[kind]  # noqa: UP045
-            fields.append((p.name, optional, p.default))
+def from_signature(name: str, *fns: Any, skip: tuple[str, ...] = (), extra: dict[str, Any] | None = None) -> type:
+    """A dataclass with one field per keyword argument of `fns` (a class's own, then its base's: what **kwargs
+    passes on), less `skip`, typed and defaulted as the function says, plus `extra` fields ({name: default}, Any).
+    An argument without a default is mandatory (??? until set); one whose default is an object YAML cannot write
+    is left out, and keeps that default."""
+    fields = [(key, Any, dataclasses.field(default_factory=lambda v=value: v)) for key, value in (extra or {}).items()]
+    for fn in fns:
+        try:
+            hints = typing.get_type_hints(fn)
+        except Exception:  # a hint that names what this process has not imported: the field is Any
+            hints = {}
+        for p in inspect.signature(fn).parameters.values():
+            if p.name not in skip and p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                _add(fields, p, _field_type(hints.get(p.name, Any)))
     return dataclasses.make_dataclass(name, fields)
+
+
+def _add(fields: list, p: inspect.Parameter, kind: Any) -> None:
+    if any(f[0] == p.name for f in fields):
+        return  # the subclass's own
+    if p.default is p.empty:
+        fields.append((p.name, kind, dataclasses.field(default="???")))
+    elif not isinstance(p.default, (*PRIMITIVES, list, dict, tuple, type(None))):
+        return  # an object (a theme, a device): YAML cannot write one, the constructor keeps its own
+    elif isinstance(p.default, (list, dict, tuple)):
+        fields.append((p.name, Any, dataclasses.field(default_factory=lambda d=p.default: d)))
+    else:
+        optional = kind if p.default is not None or kind is Any else typing.Optional[kind]  # noqa: UP045
+        fields.append((p.name, optional, p.default))
 
 
 def store() -> None:
@@ -70,9 +76,9 @@ def store() -> None:
 
     store = ConfigStore.instance().store
     # brisk builds the callbacks and loggers from their own groups (brisk.run.builder)
-    store(name="trainer_schema", node=from_signature("Trainer", L.Trainer.__init__, ("callbacks", "logger")))
+    store(name="trainer_schema", node=from_signature("Trainer", L.Trainer.__init__, skip=("callbacks", "logger")))
     # the optimizer and schedule have groups of their own, the class names come from the data (brisk.models.build)
-    model = from_signature("Model", ImageClassifier.__init__, ("optimizer", "scheduler", "class_names"))
+    model = from_signature("Model", ImageClassifier.__init__, skip=("optimizer", "scheduler", "class_names"))
     store(name="model_schema", node=model)
     # one per torch optimizer (conf/optimizer/sgd.yaml starts from sgd_optimizer_schema), with its `type`: every
     # argument works without a +. Less the parameters, which the classifier passes, and weight_decay, which its
@@ -82,7 +88,7 @@ def store() -> None:
 
     for name in (n for n, module in OPTIMIZERS.shipped.items() if module == "brisk.optim"):
         node = from_signature(
-            f"Optimizer_{name}", OPTIMIZERS.get(name).__init__, ("params", "weight_decay"), {"type": name}
+            f"Optimizer_{name}", OPTIMIZERS.get(name).__init__, skip=("params", "weight_decay"), extra={"type": name}
         )
         store(name=f"{name}_optimizer_schema", node=node)
     # one per shipped schedule, with its `type` and `interval` (how often Lightning steps it); less the optimizer
@@ -90,7 +96,7 @@ def store() -> None:
     for name in SCHEDULES.shipped:
         make, extra = SCHEDULES.get(name), {"type": name, "interval": "step"}
         fn = make.__init__ if isinstance(make, type) else make  # a class's hints are its __init__'s
-        node = from_signature(f"Schedule_{name}", fn, ("optimizer", "total_steps"), extra)
+        node = from_signature(f"Schedule_{name}", fn, skip=("optimizer", "total_steps"), extra=extra)
         store(name=f"{name}_scheduler_schema", node=node)
     # one per Lightning callback a config picks by name, each with its `type`: a lever's file starts from its schema
     # (conf/callbacks/ema.yaml). Only those registered in brisk.callbacks itself: a schema of brisk's own callbacks
@@ -99,3 +105,23 @@ def store() -> None:
     for name in (n for n, module in CALLBACKS.shipped.items() if module == "brisk.callbacks"):
         node = from_signature(f"Callback_{name}", CALLBACKS.get(name).__init__, extra={"type": name})
         store(name=f"{name}_callback_schema", node=node)
+    _data(store)
+
+
+def _data(store) -> None:
+    """A schema per shipped CIFAR-format dataset: its class's arguments and the shared base's (brisk.data.base), with
+    its `type` and every shipped augmentation key at its off value (data.augment.rotate=15 works without a +). And
+    the shared keys untyped, as `datamodule`: a dataset of the user's own (or image_folder) starts from it and adds
+    its own keys (docs/data.md)."""
+    from brisk.data import augment_ops
+    from brisk.data.base import TensorDataModule
+    from brisk.registry import DATASETS
+
+    augment = {"augment": augment_ops.off()}
+    base = from_signature("Data", TensorDataModule.__init__, skip=("augment",), extra=augment)
+    store(name="datamodule", node=dataclasses.asdict(base()))
+    # Those in brisk.data.cifar only: image_folder's would import the image-folder code into every command.
+    for name in (n for n, module in DATASETS.shipped.items() if module == "brisk.data.cifar"):
+        fns = (DATASETS.get(name).__init__, TensorDataModule.__init__)
+        node = from_signature(f"Data_{name}", *fns, skip=("augment",), extra={"type": name, **augment})
+        store(name=f"{name}_data_schema", node=node)
