@@ -39,6 +39,7 @@ def test_single_run_has_one_directory_and_global_metrics(root):
     console = proc.stdout + proc.stderr
     assert "sync_dist=True" not in console and "Tip:" not in console and console.count("] - precision: ") == 1
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best-epoch000.ckpt", "last.ckpt"]
+    assert (run_dir / ".hydra" / "config.yaml").is_file()  # rank 0 wrote the record; rank 0's last line is the folder
     s = read_summary(run_dir)
     assert s["world_size"] == 2 and s["per_device_batch"] == 50 and s["global_batch"] == 100
     # ranks=elastic, the default: TorchElastic's agent started the ranks, and rank 1's lines are in its file there
@@ -65,7 +66,8 @@ def rank1_logged(run_dir: Path, ranks: str) -> bool:
 
 
 # elastic: the default; brisk: its own launcher, still an option, whose rank processes are what sweeps once needed
-@pytest.mark.parametrize("ranks", ["elastic", "brisk"])
+# (slow: 30 s, and its signal tests are slow too)
+@pytest.mark.parametrize("ranks", ["elastic", pytest.param("brisk", marks=pytest.mark.slow)])
 def test_sweep_runs_each_job_once_with_its_ranks(ranks, root):
     proc = run_cli("train", ["-m", *TINY, *DDP, "optimizer.lr=0.01,0.02", f"ranks={ranks}"], root)
     dirs = run_dirs(root)

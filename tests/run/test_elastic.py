@@ -38,17 +38,6 @@ def _gone(root: Path, seconds: float = 10) -> list[int]:
     return processes_of(root)
 
 
-def test_two_ranks_train_and_report_through_summary_json(project):
-    proc = run_cli("train", [*TINY, *ELASTIC, "trainer.max_epochs=1"], project)
-    run_dir = run_dir_of(proc)  # rank 0's last line, and nothing after it
-    s = read_summary(run_dir)
-    assert s["world_size"] == 2 and s["distributed"]["cluster_environment"] == "TorchElasticEnvironment"
-    assert isinstance(s["metrics"]["test/acc"], float)
-    assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / ".hydra" / "config.yaml").is_file()
-    (rank1,) = run_dir.glob("ranks/*/attempt_0/1/stderr.log")  # the other ranks log to files only
-    assert "Initializing distributed: GLOBAL_RANK: 1" in rank1.read_text()
-
-
 # SIGTERM to the job alone (`kill <pid>`), or a terminal's Ctrl-C to the job's foreground group: the agent started each
 # rank in a session of its own, so the ranks hear of either only from the agent, which forwards it.
 @pytest.mark.parametrize(
