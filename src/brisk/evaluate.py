@@ -10,19 +10,26 @@ from omegaconf import DictConfig
 
 from brisk.checkpoints import restore
 from brisk.cli import entry_point
-from brisk.run import checks, loggers
+from brisk.run import checks, loggers, ranks, rundir
 from brisk.run import summary as run_summary
 from brisk.run.builder import build_datamodule
 from brisk.run.prepare import build_trainer
+from brisk.utils import run_files
 
 
-def evaluate(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, float]:
-    """`overrides`: the command line's, which win over the run's saved config."""
+def evaluate(
+    cfg: DictConfig, overrides: list[str] | tuple[str, ...] = (), run: rundir.Run | None = None
+) -> dict[str, float]:
+    """`overrides`: the command line's, which win over the run's saved config. `run`: the command's run directory,
+    where TorchElastic's ranks run this command again (ranks=elastic, brisk.run.ranks); without it, no ranks start."""
     ckpt = Path(cfg.ckpt_path)
     checks.values(cfg)  # seed and trainer.* by brisk-train's rules, before anything is read
     L.seed_everything(cfg.seed, workers=True)
     # What the run trained on (its .hydra/config.yaml), before the config checks see the data section.
-    cfg = restore.with_run_config(cfg, ckpt, overrides)
+    given, cfg = cfg, restore.with_run_config(cfg, ckpt, overrides)
+    if run is not None and (n := ranks.needed(cfg)) > 1:  # each rank runs this command; rank 0 writes eval.json
+        ranks.run(given, run, n)
+        return run_files.load_json(run.dir / "eval.json")["metrics"]
     trainer = build_trainer(cfg)
     model = restore.load_model(cfg, ckpt)
     trainer.test(model, datamodule=build_datamodule(cfg))
@@ -38,8 +45,8 @@ def evaluate(cfg: DictConfig, overrides: list[str] | tuple[str, ...] = ()) -> di
 
 
 @entry_point("eval")
-def main(cfg: DictConfig) -> None:
-    evaluate(cfg, HydraConfig.get().overrides.task)
+def main(cfg: DictConfig, run: rundir.Run) -> None:
+    evaluate(cfg, HydraConfig.get().overrides.task, run)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from brisk.utils.ranks import first_process
 
 
 def train(cfg: DictConfig, run: rundir.Run) -> float | None:
-    ranks.guard()  # a rank of a ranks=elastic job dies with the job
     checks.validate(cfg)  # what only this machine can say; before seeding too: seed_everything refuses a bad seed
     run_dir = run.job.dir
     resumed = resume.resolve(cfg, run_dir, run.job.multirun)  # a resume is first compared with its run's config

@@ -57,6 +57,20 @@ def test_single_run_has_one_directory_and_global_metrics(root):
     assert s["metrics"]["test/top5_acc"] == pytest.approx(single_eval["metrics"]["test/top5_acc"], abs=1e-6)
 
 
+@pytest.mark.slow  # ~40 s: a run, and an eval of it on one process and on two ranks
+def test_eval_on_two_ranks_gives_the_one_process_metrics(root):
+    """brisk-eval with strategy=ddp: TorchElastic's agent starts its ranks (ranks=elastic), each tests its share, and
+    eval.json holds the metrics gathered over all of them, as one process computes them."""
+    run_dir = run_dir_of(run_cli("train", [*TINY, "trainer.max_epochs=1"], root))
+    data, ckpt = [o for o in TINY if o.startswith("data")], f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"
+    evals = [run_dir_of(run_cli("evaluate", [*data, ckpt, *ddp], root)) for ddp in ([], DDP[:2])]
+    one, two = (json.loads((d / "eval.json").read_text()) for d in evals)
+    assert two["metrics"] == pytest.approx(one["metrics"], abs=1e-6) and one["metrics"]["test/acc"] > 0
+    assert two["test_confusion_matrix"] == one["test_confusion_matrix"]
+    (rank1,) = evals[1].glob("ranks/*/attempt_0/1/stderr.log")
+    assert "GLOBAL_RANK: 1" in rank1.read_text()
+
+
 def rank1_logged(run_dir: Path, ranks: str) -> bool:
     """Rank 1 wrote its log lines into its job's run directory: beside rank 0's under brisk's own launcher
     (train_rank1.log), in the agent's files under ranks=elastic."""
