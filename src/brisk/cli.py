@@ -18,14 +18,14 @@ from brisk import compat
 from brisk.conf import CONFIG_PATH
 from brisk.errors import BriskError, refuse
 from brisk.registry import import_modules
-from brisk.run import launch, ranks, rundir
+from brisk.run import entry, ranks, rundir
 from brisk.utils.quiet import quiet
 
 
 def register_resolvers() -> None:
     """${brisk_run_id:} in conf/hydra/default.yaml: the run directory's name, shared by all ranks of a job.
     Registered when an entry point starts, so importing brisk (to load a model, say) registers nothing."""
-    OmegaConf.register_new_resolver("brisk_run_id", launch.run_id, use_cache=True, replace=True)
+    OmegaConf.register_new_resolver("brisk_run_id", entry.run_id, use_cache=True, replace=True)
 
 
 log = logging.getLogger("brisk")
@@ -45,7 +45,7 @@ def user_errors(task):
     def wrapper(cfg, *args, **kwargs):
         run, job = None, rundir.Job.of_hydra()  # what the task's steps need from Hydra, read once
         try:
-            ranks.guard()  # in a rank of a ranks=elastic job: it dies with the job
+            ranks.guard()  # in a rank of a DDP job (brisk.run.ranks): it dies with the job
             run = rundir.Run(job)
             import_modules(cfg.get("imports"))  # the user's own classes register before anything is built
             result = task(cfg, *args, run=run, **kwargs) if wants_run else task(cfg, *args, **kwargs)
@@ -71,7 +71,6 @@ def user_errors(task):
                 raise error from None  # the sweep records it as failed and goes on (search.sweep.SweepSummary)
             refuse(error)
         finally:
-            launch.finish()
             if run is not None:
                 run.close()
 
@@ -80,9 +79,8 @@ def user_errors(task):
 
 def interrupted(run: rundir.Run | None = None, e: BaseException | None = None) -> None:
     """Ctrl-C outside training (or, in a launcher's worker, SIGTERM: brisk.run.jobs.Interrupted): nothing to checkpoint.
-    Stop the ranks this process started, exit 128 + the signal."""
+    Exit 128 + the signal."""
     signum = getattr(e, "signum", signal.SIGINT)
-    launch.stop()
     if run is not None:
         run.refused()  # a run stopped before it started leaves no directory
     name = signal.Signals(signum).name
@@ -233,7 +231,7 @@ def entry_point(config_name: str, config_path: str = CONFIG_PATH):
 
         hydra_main = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
         # Recorded here, in the process the user started: a DDP job's ranks start this entry point again.
-        program = launch.entry_program(task.__module__)
-        return hydra_entry(hydra_main(launch.started_as(program, user_errors(task))), config_path)
+        program = entry.entry_program(task.__module__)
+        return hydra_entry(hydra_main(entry.started_as(program, user_errors(task))), config_path)
 
     return wrap

@@ -21,7 +21,7 @@ def evaluate(
     cfg: DictConfig, overrides: list[str] | tuple[str, ...] = (), run: rundir.Run | None = None
 ) -> dict[str, float]:
     """`overrides`: the command line's, which win over the run's saved config. `run`: the command's run directory,
-    where TorchElastic's ranks run this command again (ranks=elastic, brisk.run.ranks); without it, no ranks start."""
+    where TorchElastic's ranks run this command again (brisk.run.ranks); without it, no ranks start."""
     ckpt = Path(cfg.ckpt_path)
     checks.values(cfg)  # seed and trainer.* by brisk-train's rules, before anything is read
     L.seed_everything(cfg.seed, workers=True)

@@ -140,8 +140,8 @@ class CsvWriter(BasePredictionWriter):
 
 
 def predict(cfg: DictConfig, run: rundir.Run | None = None) -> Path:
-    """`run`: the command's run directory, where TorchElastic's ranks run this command again (ranks=elastic,
-    brisk.run.ranks); without it, no ranks start."""
+    """`run`: the command's run directory, where TorchElastic's ranks run this command again (brisk.run.ranks);
+    without it, no ranks start."""
     # seed and trainer.* by brisk-train's rules, then predict's own; devices, with the run's data, in build_trainer.
     # Before the checkpoint is read: a 0 would fail only at the end, in the DataLoader or the writer's topk.
     checks.values(cfg)

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from brisk.callbacks.run_start import RunStart
 from brisk.checkpoints.paths import checkpoint_to_test
 from brisk.cli import entry_point
-from brisk.run import checks, launch, loggers, precision, preflight, ranks, resume, rundir
+from brisk.run import checks, loggers, precision, preflight, ranks, resume, rundir
 from brisk.run import summary as run_summary
 from brisk.run.builder import always_on, build_datamodule, build_model, make_trainer
 from brisk.utils.ranks import first_process
@@ -38,7 +38,7 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
         preflight.folders(cfg)  # before anything is written
         preflight.room(cfg, model)  # one checkpoint of this model fits in each checkpoint folder
         datamodule.prepare_data()  # download, generate or cache (Lightning's contract: one process)
-    if (n := ranks.needed(cfg)) > 1:  # ranks=elastic, more than one process on this node
+    if (n := ranks.needed(cfg)) > 1:  # DDP: more than one process on this node
         return ranks.run(cfg, run, n)  # TorchElastic starts n ranks that each run train(); this process trains none
     datamodule.setup("fit")  # loading: the splits are read here, once, and kept for the fit and the test
     datamodule.setup("test")  # a damaged test split is found now, not after the whole fit
@@ -46,7 +46,7 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
     # The run starts at its first optimizer step, when RunStart writes its record: what the fit refuses before that
     # leaves no run directory (brisk.run.rundir). Last, so it marks the step after every other callback's batch end.
     started = RunStart(record.write if (record := run.record(cfg)) else None)
-    trainer = launch.on_all_ranks(cfg.trainer, lambda: make_trainer(cfg, [*always_on(target), started]))  # ranks first
+    trainer = make_trainer(cfg, [*always_on(target), started])
     precision.report(cfg.trainer.precision, str(cfg.trainer.accelerator), trainer)
 
     start = time.perf_counter()

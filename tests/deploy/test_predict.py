@@ -105,7 +105,7 @@ def test_ddp_ranks_write_one_file_in_path_order(tiny_trained, test_pngs, brisk_r
     one, two = read_rows(tmp_path / "one"), read_rows(tmp_path / "two")
     assert [(r["path"], r["class"]) for r in two] == [(r["path"], r["class"]) for r in one]
     assert [float(r["probability"]) for r in two] == pytest.approx([float(r["probability"]) for r in one], abs=1e-5)
-    # no part files left; TorchElastic's agent started the ranks (ranks=elastic), and rank 1 logged into the folder
+    # no part files left; TorchElastic's agent started the ranks, and rank 1 logged into the folder
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [".hydra", "predictions.csv", "ranks"]
     (rank1,) = (tmp_path / "two").glob("ranks/*/attempt_0/1/stderr.log")
     assert "GLOBAL_RANK: 1" in rank1.read_text()

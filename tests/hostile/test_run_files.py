@@ -149,7 +149,7 @@ def test_a_resume_never_resolves_a_saved_interpolation(finished_run, tmp_path, b
 def test_no_module_but_run_files_parses_yaml_or_json():
     """The class's root: a new reader of a run's files that parses them itself would bypass every bound above.
     brisk.data.cache_meta reads its own cache's meta.json, which no run writes; brisk.search.report the trial that
-    its job put in the environment of a ranks=elastic rank (BRISK_TRIAL), no file at all."""
+    its job put in the environment of a DDP trial's rank (BRISK_TRIAL), no file at all."""
     allowed = {"utils/run_files.py", "data/cache_meta.py", "search/report.py"}
     parsers = {("yaml", "load"), ("yaml", "safe_load"), ("yaml", "full_load"), ("yaml", "unsafe_load")}
     parsers |= {("OmegaConf", "load"), ("json", "load"), ("json", "loads")}

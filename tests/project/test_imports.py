@@ -66,7 +66,7 @@ ALLOWED = [
     "brisk.run.checks",
     "brisk.run.devices",
     "brisk.run.jobs",
-    "brisk.run.launch",
+    "brisk.run.entry",
     "brisk.run.loggers",
     "brisk.run.precision",
     "brisk.run.ranks",

@@ -125,6 +125,6 @@ def test_no_module_is_long(package):
 def test_the_scan_sees_imports():
     # the rules above pass vacuously if nothing is found: a module's imports, and one inside a function
     found = graph()
-    assert {"brisk.run.checks", "brisk.run.launch", "brisk.run.builder"} <= found["brisk.run.prepare"]
+    assert {"brisk.run.checks", "brisk.run.preflight", "brisk.run.builder"} <= found["brisk.run.prepare"]
     assert "brisk.run.tune" in found["brisk.train"]  # imported inside main()
     assert layer("brisk.train") == 0 and layer("brisk.utils.explain") == len(LAYERS) - 1

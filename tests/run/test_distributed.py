@@ -42,7 +42,7 @@ def test_single_run_has_one_directory_and_global_metrics(root):
     assert (run_dir / ".hydra" / "config.yaml").is_file()  # rank 0 wrote the record; rank 0's last line is the folder
     s = read_summary(run_dir)
     assert s["world_size"] == 2 and s["per_device_batch"] == 50 and s["global_batch"] == 100
-    # ranks=elastic, the default: TorchElastic's agent started the ranks, and rank 1's lines are in its file there
+    # TorchElastic's agent started the ranks, and rank 1's lines are in its file there
     assert s["distributed"]["cluster_environment"] == "TorchElasticEnvironment"
     (rank1,) = run_dir.glob("ranks/*/attempt_0/1/stderr.log")
     assert "Initializing distributed: GLOBAL_RANK: 1" in rank1.read_text(), "rank 1 logs in the same directory"
@@ -59,7 +59,7 @@ def test_single_run_has_one_directory_and_global_metrics(root):
 
 @pytest.mark.slow  # ~40 s: a run, and an eval of it on one process and on two ranks
 def test_eval_on_two_ranks_gives_the_one_process_metrics(root):
-    """brisk-eval with strategy=ddp: TorchElastic's agent starts its ranks (ranks=elastic), each tests its share, and
+    """brisk-eval with strategy=ddp: TorchElastic's agent starts its ranks, each tests its share, and
     eval.json holds the metrics gathered over all of them, as one process computes them."""
     run_dir = run_dir_of(run_cli("train", [*TINY, "trainer.max_epochs=1"], root))
     data, ckpt = [o for o in TINY if o.startswith("data")], f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"
@@ -71,29 +71,22 @@ def test_eval_on_two_ranks_gives_the_one_process_metrics(root):
     assert "GLOBAL_RANK: 1" in rank1.read_text()
 
 
-def rank1_logged(run_dir: Path, ranks: str) -> bool:
-    """Rank 1 wrote its log lines into its job's run directory: beside rank 0's under brisk's own launcher
-    (train_rank1.log), in the agent's files under ranks=elastic."""
-    if ranks == "brisk":
-        return (run_dir / "train_rank1.log").is_file()
+def rank1_logged(run_dir: Path) -> bool:
+    """Rank 1 wrote its log lines into its job's run directory, in the agent's files."""
     return any("GLOBAL_RANK: 1" in f.read_text() for f in run_dir.glob("ranks/*/attempt_0/1/stderr.log"))
 
 
-# elastic: the default; brisk: its own launcher, still an option, whose rank processes are what sweeps once needed
-# (slow: 30 s, and its signal tests are slow too)
-@pytest.mark.parametrize("ranks", ["elastic", pytest.param("brisk", marks=pytest.mark.slow)])
-def test_sweep_runs_each_job_once_with_its_ranks(ranks, root):
-    proc = run_cli("train", ["-m", *TINY, *DDP, "optimizer.lr=0.01,0.02", f"ranks={ranks}"], root)
+def test_sweep_runs_each_job_once_with_its_ranks(root):
+    proc = run_cli("train", ["-m", *TINY, *DDP, "optimizer.lr=0.01,0.02"], root)
     dirs = run_dirs(root)
     assert len(dirs) == 2 and {d.name for d in dirs} == {"0", "1"} and dirs[0].parent == dirs[1].parent
     assert not (root / "logs" / "train" / "runs").exists(), "a rank ran as a separate run"
     lrs = []
     for d in dirs:
         s = read_summary(d)
-        environment = {"brisk": "LightningEnvironment", "elastic": "TorchElasticEnvironment"}[ranks]
-        assert s["world_size"] == 2 and s["distributed"]["cluster_environment"] == environment
+        assert s["world_size"] == 2 and s["distributed"]["cluster_environment"] == "TorchElasticEnvironment"
         lrs.append(next(o for o in s["overrides"] if o.startswith("optimizer.lr")))
-        assert rank1_logged(d, ranks)
+        assert rank1_logged(d)
     assert lrs == ["optimizer.lr=0.01", "optimizer.lr=0.02"]
     assert proc.stdout.count("Launching 2 jobs locally") == 1, "the sweep ran more than once"
 

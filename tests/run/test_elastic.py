@@ -1,4 +1,4 @@
-"""`ranks=elastic`: a DDP job's ranks started by TorchElastic's agent (brisk.run.ranks). Real processes, real gloo DDP
+"""A DDP job's ranks started by TorchElastic's agent (brisk.run.ranks). Real processes, real gloo DDP
 on the CPU, real signals to the job process the user started."""
 
 from __future__ import annotations
@@ -17,10 +17,21 @@ from optuna.trial import TrialState
 
 from background import background_train, checkpoint_step, wait_for_step
 from brisk.errors import BriskError
+from brisk.run import ranks
 from brisk.search.report import Trial
-from helpers import TINY, processes_of, read_summary, run_cli, run_dir_of
+from helpers import TINY, compose_cfg, processes_of, read_summary, run_cli, run_dir_of
 
-ELASTIC = ["strategy=ddp", "trainer.devices=2", "callbacks.progress_bar=null", "ranks=elastic"]
+ELASTIC = ["strategy=ddp", "trainer.devices=2", "callbacks.progress_bar=null"]
+
+
+def test_ranks_of_several_nodes_are_left_to_torchrun_or_srun(tmp_path):
+    """brisk starts the ranks of one node: several nodes of several devices each are refused before anything starts,
+    naming trainer.num_nodes (docs/distributed.md: Multi-node); one device per node starts nothing."""
+    with pytest.raises(BriskError) as refused:
+        ranks.needed(compose_cfg([*ELASTIC, "trainer.num_nodes=2"], tmp_path))
+    assert refused.value.key == "trainer.num_nodes" and "torchrun or srun" in str(refused.value)
+    assert ranks.needed(compose_cfg(["strategy=ddp", "trainer.devices=1", "trainer.num_nodes=2"], tmp_path)) == 1
+    assert ranks.needed(compose_cfg(ELASTIC, tmp_path)) == 2
 
 
 def _started(proc, run_dir: Path, timeout: float = 120) -> None:

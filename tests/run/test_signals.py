@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import time
 from pathlib import Path
@@ -30,11 +29,8 @@ ARGS = [
     "callbacks.progress_bar=null",
 ]
 DDP = ["strategy=ddp", "trainer.devices=2"]
-# Who starts the ranks (the `ranks` key): TorchElastic's agent by default, brisk's own launcher as the option. A stop
-# signal keeps its promise under both. The processes of a started 2-rank job: the job process and its two ranks under
-# elastic (the job trains nothing); rank 0, the job process itself, and rank 1 under brisk.
-RANKS = ["elastic", pytest.param("brisk", marks=pytest.mark.slow)]
-PROCESSES = {"elastic": 3, "brisk": 2}
+# The processes of a started 2-rank job: the job process, whose TorchElastic agent started them, and its two ranks.
+PROCESSES = 3
 
 
 def signal_at(batch: int, signum: int, sent: Path, rank: int | None = None) -> list[str]:
@@ -53,10 +49,9 @@ def saved_step(run_dir: Path) -> int:
     return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"]
 
 
-@pytest.mark.parametrize("ranks", RANKS)
-def test_sigterm_to_rank_0_alone_stops_the_whole_ddp_job_with_one_checkpoint(ranks, project):
+def test_sigterm_to_rank_0_alone_stops_the_whole_ddp_job_with_one_checkpoint(project):
     run_dir, sent = project / "run", project / "sent"
-    args = [*ARGS, *DDP, f"hydra.run.dir={run_dir}", f"ranks={ranks}"]
+    args = [*ARGS, *DDP, f"hydra.run.dir={run_dir}"]
     with background_train([*args, *signal_at(2, signal.SIGTERM, sent, rank=0)], project, env=env_with_tests()) as proc:
         proc.wait(timeout=180)  # without forwarding and agreement this hangs for good
         ended = time.time()
@@ -65,11 +60,9 @@ def test_sigterm_to_rank_0_alone_stops_the_whole_ddp_job_with_one_checkpoint(ran
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert ended - float(sent.read_text()) < 20, "the job took too long to stop"
     assert left == [], "a rank outlived rank 0"
-    if ranks == "brisk":  # rank 0 is the job process, and says how the ranks it started ended
-        assert re.search(r"ranks 1-1 exited with \[143\]", out + err), "rank 1 did not stop with 143"
-    else:  # rank 1 stopped by the agreement, before the agent's SIGTERM (once agreed, a late one is ignored unsaid)
-        rank1 = "".join(f.read_text() for f in run_dir.glob("ranks/*/attempt_0/1/std*.log"))
-        assert "GLOBAL_RANK: 1" in rank1 and "received" not in rank1 and "Traceback" not in rank1, rank1[-3000:]
+    # rank 1 stopped by the agreement, before the agent's SIGTERM (once agreed, a late one is ignored unsaid)
+    rank1 = "".join(f.read_text() for f in run_dir.glob("ranks/*/attempt_0/1/std*.log"))
+    assert "GLOBAL_RANK: 1" in rank1 and "received" not in rank1 and "Traceback" not in rank1, rank1[-3000:]
     # Both ranks stop one batch after the one rank 0 was signalled in (batch 2: global step 3; the ranks
     # agree asynchronously, a batch later), and save it once.
     assert "brisk: interrupted by SIGTERM at global step 4 (epoch 0); saved " in err
@@ -157,19 +150,15 @@ def test_slurm_requeue_signal_to_rank_0_alone_saves_on_every_rank_and_trains_on(
     assert read_summary(run_dir)["global_step"] == 8
 
 
-@pytest.mark.parametrize("ranks", RANKS)
-def test_ctrl_c_while_ddp_ranks_start_ends_130_at_once_with_every_rank(ranks, project):
-    """A terminal's Ctrl-C reaches the whole foreground group while the ranks still import. Under brisk's own
-    launcher rank 1 is in that group: rank 0 alone acts on it (the child ranks ignore SIGINT until a Trainer stage
-    takes it) and stops them; before, rank 1 died with a KeyboardInterrupt, rank 0 waited 30 s for it in the
-    rendezvous and was killed, exit 137. Under ranks=elastic the agent started each rank in a session of its own:
-    the job alone gets it and stops them (brisk.run.ranks._CtrlC)."""
+def test_ctrl_c_while_ddp_ranks_start_ends_130_at_once_with_every_rank(project):
+    """A terminal's Ctrl-C reaches the whole foreground group while the ranks still import. The agent started each
+    rank in a session of its own: the job alone gets it and stops them (brisk.run.ranks._CtrlC)."""
     run_dir = project / "run"
-    with background_train([*ARGS, *DDP, f"hydra.run.dir={run_dir}", f"ranks={ranks}"], project) as proc:
+    with background_train([*ARGS, *DDP, f"hydra.run.dir={run_dir}"], project) as proc:
         deadline = time.monotonic() + 60
-        while len(processes_of(project)) < PROCESSES[ranks] and proc.poll() is None and time.monotonic() < deadline:
+        while len(processes_of(project)) < PROCESSES and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(processes_of(project)) == PROCESSES[ranks], "the ranks never started"
+        assert len(processes_of(project)) == PROCESSES, "the ranks never started"
         time.sleep(1.5)  # rank 1 still imports torch (~4 s here), under elastic rank 0 too
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
         proc.wait(timeout=60)

@@ -9,15 +9,14 @@ per-batch broadcast, and from then on the ranks wait in different collectives (s
 checkpoint's all_gather, rank 1 in a barrier). Ctrl-C takes Lightning's KeyboardInterrupt
 path instead, which may stop in the middle of an optimizer step, saves nothing and exits 1.
 
-So while a Trainer stage runs (Lightning has installed its handlers by then and puts the previous ones
-back when the stage ends), brisk's handler takes SIGTERM and SIGINT. It only notes the signal and, on
-rank 0, forwards it to the ranks brisk started. A single process then stops like Lightning does for
-SIGTERM. Under DDP the ranks agree at points every rank reaches together: the end of each training batch
-and of each evaluation epoch. On training batches the agreement costs no wait and no device sync: each
-batch end starts an asynchronous all-reduce of the noted signal on a CPU (gloo) group and reads the one
-started a batch earlier, long finished by then, so every rank stops one batch after the signal, after the
-same batch. (A blocking all-reduce + .item() per batch cost 0.6-0.8 ms with 2 CPU ranks, and a device
-sync per step on GPUs.) Evaluation batches may differ by one between ranks, so evaluation agrees per epoch.
+So while a Trainer stage runs (Lightning has installed its handlers by then and puts the previous ones back when the
+stage ends), brisk's handler takes SIGTERM and SIGINT. It only notes the signal. A single process then stops like
+Lightning does for SIGTERM. Under DDP the ranks agree at points every rank reaches together: the end of each
+training batch and of each evaluation epoch. On training batches the agreement costs no wait and no device sync:
+each batch end starts an asynchronous all-reduce of the noted signal on a CPU (gloo) group and reads the one started
+a batch earlier, long finished by then, so every rank stops one batch after the signal, after the same batch. (A
+blocking all-reduce + .item() per batch cost 0.6-0.8 ms with 2 CPU ranks, and a device sync per step on GPUs.)
+Evaluation batches may differ by one between ranks, so evaluation agrees per epoch.
 Every rank then stops after the same batch, and they save one checkpoint together.
 
 SLURM's requeue signal (SIGUSR1, `#SBATCH --signal=SIGUSR1@90`) has the same problem under DDP: Lightning's
@@ -45,7 +44,6 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
@@ -92,9 +90,7 @@ def _distributed(trainer: L.Trainer) -> bool:
 
 
 class SigtermCheckpoint(L.Callback):
-    def __init__(self, forward: Callable[[int], None] = lambda signum: None) -> None:
-        # `forward` passes a signal on to the ranks this process started: brisk's launcher gives its own
-        self._forward = forward
+    def __init__(self) -> None:
         self.signum = 0  # the stop signal noted by this process, or agreed by all ranks
         self._trainer: L.Trainer | None = None
         self._group = None  # a CPU process group for the per-batch agreement
@@ -138,10 +134,9 @@ class SigtermCheckpoint(L.Callback):
             compat.stop_like_sigterm(trainer)
 
     def _on_signal(self, signum: int, frame) -> None:
-        if self.signum:  # already stopping: a second Ctrl-C, or the copy rank 0 forwarded to a terminal's group
+        if self.signum:  # already stopping: a second Ctrl-C
             return
         self.signum = signum
-        self._forward(signum)  # to the ranks this process started, if it is rank 0 of brisk's own launch
         log.info("%s received: stopping after this batch", signal.Signals(signum).name)
         if self._trainer is not None and not _distributed(self._trainer):
             compat.stop_like_sigterm(self._trainer)

@@ -25,7 +25,7 @@ from brisk.errors import BriskError, check
 from brisk.models.build import build_datamodule, build_model
 from brisk.models.classifier import FIT_METRICS
 from brisk.registry import CALLBACKS, LOGGERS, PROFILERS, Registry, check_arguments, construct
-from brisk.run import launch, loggers
+from brisk.run import loggers
 from brisk.run.precision import resolve
 from brisk.utils.config import plain
 
@@ -144,5 +144,5 @@ def always_on(target_acc: float | None = None) -> list[L.Callback]:
         ResumeState(),
         RankSeed(),
         DivergenceGuard(),
-        SigtermCheckpoint(forward=launch.forward_signal),
+        SigtermCheckpoint(),
     ]

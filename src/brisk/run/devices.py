@@ -1,6 +1,6 @@
 """How many devices and processes a job has on this node, read from the config its Trainer is built from, before
-any Trainer is: the batch split over ranks (brisk.run.checks) and the ranks brisk starts (brisk.run.launch,
-brisk.run.ranks) count them the same way."""
+any Trainer is: the batch split over ranks (brisk.run.checks) and the ranks brisk starts (brisk.run.ranks)
+count them the same way."""
 
 from __future__ import annotations
 
@@ -80,8 +80,8 @@ def num_nodes(trainer: DictConfig) -> int:
     return nodes
 
 
-# Where a launcher outside made this node's processes, as Lightning detects it (and LOCAL_RANK, set by brisk's own
-# launcher for its ranks and by any launcher that starts processes for Lightning).
+# Where a launcher outside made this node's processes, as Lightning detects it (and LOCAL_RANK, set by any launcher
+# that starts processes for Lightning, TorchElastic's agent for brisk's ranks included).
 OUTSIDE = (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment)  # those Lightning 2.6.6 detects
 FORKED = ("spawn", "fork", "forkserver")  # start methods of strategies whose processes Lightning makes itself
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import lightning as L
 from omegaconf import DictConfig
 
-from brisk.run import checks, launch, preflight
+from brisk.run import checks, preflight
 from brisk.run.builder import always_on, build_datamodule, build_model, make_trainer
 from brisk.utils.ranks import first_process
 
@@ -18,7 +18,7 @@ def build_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.
     checks.validate(cfg)  # before anything is built, loaded or launched
     if first_process():  # the other ranks of a job share what the first one checked
         preflight.folders(cfg)
-    return launch.on_all_ranks(cfg.trainer, lambda: make_trainer(cfg, extra_callbacks))
+    return make_trainer(cfg, extra_callbacks)
 
 
 def build(
@@ -33,5 +33,5 @@ def build(
     if first_process():  # the other ranks of a job share what the first one checked
         preflight.folders(cfg)
         preflight.room(cfg, model)
-    trainer = launch.on_all_ranks(cfg.trainer, lambda: make_trainer(cfg, always_on(cfg.get("target_acc"))))
+    trainer = make_trainer(cfg, always_on(cfg.get("target_acc")))
     return trainer, datamodule, model

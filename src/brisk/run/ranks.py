@@ -1,8 +1,7 @@
-"""`ranks=elastic`, the default: a DDP job's ranks on this node started by TorchElastic's agent, not by brisk's own
-launcher (ranks=brisk).
+"""A DDP job's ranks on this node, started by TorchElastic's agent.
 
 The job process trains nothing: its agent (`elastic_launch`) starts each rank with this job's entry point, config and
-overrides again, in run mode, in the job's run directory (brisk.run.launch.rank_args), and waits for them. Lightning
+overrides again, in run mode, in the job's run directory (brisk.run.entry.rank_args), and waits for them. Lightning
 sees TorchElasticEnvironment in the ranks and starts no more. Measured with torch 2.14.1 and lightning 2.6.6: a
 command entrypoint works under Hydra's basic, joblib and submitit_local launchers (a callable fails under joblib);
 the agent starts each rank in a session of its own, so after SIGKILL of the job a rank trains on unless it set
@@ -17,6 +16,7 @@ that rank 0 writes (report.PRUNED): its exit code and its lines would say no mor
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -28,7 +28,7 @@ from typing import NoReturn
 from omegaconf import DictConfig
 
 from brisk.errors import BriskError
-from brisk.run import devices, launch
+from brisk.run import devices, entry
 from brisk.run.rundir import Run
 from brisk.utils import run_files
 
@@ -40,19 +40,15 @@ SHUTDOWN_SECONDS = 30
 
 
 def needed(cfg: DictConfig) -> int:
-    """The processes this job starts on this node under ranks=elastic: its devices where Lightning would start the
-    other ranks by running the script again (ddp, fsdp, deepspeed; not ddp_spawn or fork), 1 where a launcher made
-    them (torchrun, srun), and always 1 under ranks=brisk."""
-    if (who := cfg.get("ranks", "brisk")) != "elastic":
-        if who != "brisk":
-            raise BriskError(f"ranks={who}: choose brisk (brisk's own launcher) or elastic (TorchElastic's).", "ranks")
-        return 1
+    """The processes this job starts on this node: its devices where Lightning would start the other ranks by
+    running the script again (ddp, fsdp, deepspeed; not ddp_spawn or fork), 1 where a launcher made them (torchrun,
+    srun)."""
     n = devices.script_processes(cfg.trainer)
     if n > 1 and devices.num_nodes(cfg.trainer) > 1:
         raise BriskError(
-            f"ranks=elastic starts the ranks of one node, and trainer.num_nodes={cfg.trainer.num_nodes}. Start each "
-            "node with torchrun or srun (docs/distributed.md), or with ranks=brisk.",
-            "ranks",
+            f"trainer.num_nodes={cfg.trainer.num_nodes}: brisk starts the ranks of one node. Start each node's ranks "
+            "with torchrun or srun (docs/distributed.md: Multi-node).",
+            "trainer.num_nodes",
         )
     return n
 
@@ -61,7 +57,7 @@ def guard() -> None:
     """In a rank of this launch: die with the job. A rank whose job already died gets no signal: it ends here."""
     if (job := os.environ.get(ENV)) is None:
         return
-    launch.die_with_parent()
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG: dies with the job
     if os.getppid() != int(job):
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get("LOCAL_RANK") == "0" and (ready := os.environ.get(READY)):
@@ -113,7 +109,7 @@ def run(cfg: DictConfig, run: Run, nprocs: int) -> float | None:
     ctrl_c = _CtrlC(ready, SignalException)
     try:
         with ctrl_c:
-            elastic_launch(config, sys.executable)(*launch.rank_args())
+            elastic_launch(config, sys.executable)(*entry.rank_args())
     except ChildFailedError as e:
         _pruned(trial, pruned)
         _failed(e, run)

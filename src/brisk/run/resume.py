@@ -23,7 +23,7 @@ from brisk.checkpoints import paths
 from brisk.checkpoints.io import nonfinite, peek, resumable
 from brisk.errors import BriskError
 from brisk.optim import schedules
-from brisk.run import launch, rundir
+from brisk.run import rundir
 from brisk.utils import run_files
 
 log = logging.getLogger("brisk")
@@ -167,7 +167,7 @@ class Resume(NamedTuple):
 def resolve(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> Resume:
     """What this run resumes, read once: refuse what it cannot continue (BriskError), and find a finished run.
     `multirun`: the run is a job of a sweep."""
-    ckpt_path = launch.slurm_resume_path(cfg.get("ckpt_path"), run_dir)
+    ckpt_path = slurm_resume_path(cfg.get("ckpt_path"), run_dir)
     if str(ckpt_path) == "last":
         last_exists(cfg, run_dir)
     ckpt = paths.resolve(ckpt_path, run_dir)
@@ -213,3 +213,18 @@ def last_exists(cfg: DictConfig, run_dir: Path) -> None:
             f"ckpt_path=last: {run_dir} holds no last checkpoint to resume from. Point at the run: "
             "ckpt_path=last hydra.run.dir=<the run directory>, or ckpt_path=<run>/checkpoints/last.ckpt."
         )
+
+
+def slurm_resume_path(ckpt_path: str | None, run_dir: Path) -> str | None:
+    """A requeued SLURM job (same job id, so the same run directory) resumes where it stopped.
+
+    Lightning resumes by itself from the hpc_ckpt_N.ckpt it writes on SIGUSR1; after a preemption
+    (SIGTERM) there is only last.ckpt, which Lightning would ignore.
+    """
+    if ckpt_path is not None or "SLURM_JOB_ID" not in os.environ or paths.hpcs(run_dir):
+        return ckpt_path
+    last = paths.last(run_dir)
+    if last.is_file():
+        log.info("SLURM job %s restarted: resuming from %s", os.environ["SLURM_JOB_ID"], last)
+        return str(last)
+    return None

@@ -40,7 +40,7 @@ from omegaconf import DictConfig, OmegaConf, read_write
 
 from brisk.checkpoints import paths
 from brisk.errors import BriskError, refuse
-from brisk.run import jobs, launch
+from brisk.run import entry, jobs
 from brisk.utils.files import creatable, nearest_existing, write_text
 from brisk.utils.ranks import first_process
 
@@ -125,9 +125,9 @@ def claim(run_dir: Path, resumes: Path | None, multirun: bool = False) -> None:
 
 
 def _requeued(run_dir: Path) -> bool:
-    """A requeued SLURM job gets its own directory back, named by its job id (brisk.run.launch.run_id), checkpoint or
+    """A requeued SLURM job gets its own directory back, named by its job id (brisk.run.entry.run_id), checkpoint or
     not: a job preempted before its first checkpoint starts over there."""
-    return "SLURM_JOB_ID" in os.environ and run_dir.name == launch.run_id()
+    return "SLURM_JOB_ID" in os.environ and run_dir.name == entry.run_id()
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class Run:
             _existed.pop(key) if key in _existed else (self.dir.parent, self.dir)[any(self.dir.iterdir())]
         )
         existed = self._made_below == self.dir
-        if "BRISK_ELASTIC" in os.environ:  # rank 0 of a `ranks=elastic` job: the job holds the lock (brisk.run.ranks)
+        if "BRISK_ELASTIC" in os.environ:  # rank 0 of a DDP job: the job holds the lock (brisk.run.ranks)
             return
         self._lock = os.open(self.dir, os.O_RDONLY)
         try:

@@ -11,6 +11,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from omegaconf import DictConfig
 
 from brisk.callbacks.model_summary import ModelSummary
@@ -18,7 +19,6 @@ from brisk.callbacks.speed_meter import SpeedMeter
 from brisk.callbacks.startup_clock import StartupClock
 from brisk.models import metrics as model_metrics
 from brisk.models.sparsity import sparsity
-from brisk.run import launch
 from brisk.run.rundir import Job
 from brisk.utils.files import write_text
 
@@ -106,5 +106,19 @@ def of_training(
         **model.test_report,  # test_per_class, test_confusion_matrix: absent without a test split
         "overrides": list(job.overrides),
         "hardware": hardware(),
-        "distributed": launch.environment(trainer),
+        "distributed": environment(trainer),
+    }
+
+
+def environment(trainer: L.Trainer) -> dict[str, object]:
+    """Which launcher started the ranks, for summary.json."""
+    env = getattr(trainer.strategy, "cluster_environment", None)  # single-device strategies have none
+    if env is None:
+        env = next((c for c in (SLURMEnvironment, TorchElasticEnvironment) if c.detect()), None)
+    name = (env.__name__ if isinstance(env, type) else type(env).__name__) if env is not None else None
+    return {
+        "cluster_environment": name,
+        "num_nodes": trainer.num_nodes,
+        "devices_per_node": trainer.num_devices,
+        "node_rank": trainer.node_rank,
     }

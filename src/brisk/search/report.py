@@ -6,7 +6,7 @@ study is and which pruner judges it. That holds in any launcher that runs the jo
 joblib, submitit on other nodes). Only global rank 0 talks to the study; it broadcasts the verdict,
 so under DDP every rank stops together instead of waiting for the others in a collective.
 
-Under ranks=elastic the ranks run in run mode, with no sweeper in their Hydra config: the job hands them its trial
+A DDP trial's ranks run in run mode, with no sweeper in their Hydra config: the job hands them its trial
 as data in `BRISK_TRIAL` (`Trial.env`), with the pruner as a class name of optuna.pruners, never a `_target_`.
 A pruned rank 0 writes the verdict to `<run>/ranks/pruned.txt` and the ranks end quietly; the job raises
 optuna.TrialPruned from it, so the search records the trial as it records any pruned one (brisk.run.ranks).
@@ -33,7 +33,7 @@ from brisk.utils.files import write_text
 log = logging.getLogger("brisk")
 SWEEPER = "hydra_plugins.brisk_optuna.sweeper.BriskOptunaSweeper"
 ENV = "BRISK_TRIAL"  # in an elastic rank's environment: the job's trial, as JSON (`Trial.env`)
-ELASTIC = "BRISK_ELASTIC"  # brisk.run.ranks.ENV: set in the ranks of a ranks=elastic job only
+ELASTIC = "BRISK_ELASTIC"  # brisk.run.ranks.ENV: set in the ranks of a DDP job only
 PRUNED = "ranks/pruned.txt"  # in the run directory: rank 0 was pruned; the text is the verdict, for the job to say
 
 
@@ -47,8 +47,7 @@ class Trial:
 
     @staticmethod
     def current() -> Trial | None:
-        """The trial this process runs, or None: a single run, or a rank that brisk's own launcher started in run
-        mode (rank 0, the job, reports for it). A rank of a ranks=elastic trial has it from the job (`env`)."""
+        """The trial this process runs, or None: a single run. A rank of a DDP trial has it from the job (`env`)."""
         if not HydraConfig.initialized():
             return None
         hc = HydraConfig.get()
@@ -63,7 +62,7 @@ class Trial:
 
     @property
     def elastic(self) -> bool:
-        """Run by the ranks of a ranks=elastic job, which end it through the job (`PRUNED`)."""
+        """Run by the ranks of a DDP job, which end it through the job (`PRUNED`)."""
         return ELASTIC in os.environ and ENV in os.environ
 
     def env(self) -> str:
@@ -133,9 +132,9 @@ def _pruner_data(spec: Any) -> str | dict:
         except (ValueError, TypeError):
             pass
     raise BriskError(
-        f"hydra.sweeper.pruner={spec} cannot reach the ranks of a ranks=elastic trial, which take the pruner as data "
+        f"hydra.sweeper.pruner={spec} cannot reach the ranks of a DDP trial, which take the pruner as data "
         "only: use median, hyperband, none, or {_target_:optuna.pruners.<class>} with plain values (numbers, "
-        "strings, lists of them, another such pruner) as its arguments; or ranks=brisk.",
+        "strings, lists of them, another such pruner) as its arguments.",
         "hydra.sweeper.pruner",
     )
 

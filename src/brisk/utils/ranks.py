@@ -6,6 +6,6 @@ import os
 
 
 def first_process() -> bool:
-    """The first process of a job, which owns its directory. The ranks brisk starts get LOCAL_RANK,
-    torchrun's get RANK, srun's get SLURM_PROCID, the ranks of other nodes NODE_RANK."""
+    """The first process of a job, which owns its directory. TorchElastic's ranks (brisk's, torchrun's) get
+    RANK and LOCAL_RANK, srun's get SLURM_PROCID, the ranks of other nodes NODE_RANK."""
     return all(os.environ.get(k, "0") == "0" for k in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
