@@ -40,8 +40,12 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
         datamodule.prepare_data()  # download, generate or cache (Lightning's contract: one process)
     if (n := ranks.needed(cfg)) > 1:  # DDP: more than one process on this node
         return ranks.run(cfg, run, n)  # TorchElastic starts n ranks that each run train(); this process trains none
-    datamodule.setup("fit")  # loading: the splits are read here, once, and kept for the fit and the test
-    datamodule.setup("test")  # a damaged test split is found now, not after the whole fit
+    if first_process():
+        # Loading: the splits are read here, once, and kept for the fit and the test; a damaged test split is found
+        # now, not after the whole fit. The other ranks of a torchrun or SLURM job load in fit's setup, after the
+        # barrier that follows Lightning's prepare_data: here they would race rank 0's download (seen under SLURM).
+        datamodule.setup("fit")
+        datamodule.setup("test")
     target = cfg.get("target_acc")
     # The run starts at its first optimizer step, when RunStart writes its record: what the fit refuses before that
     # leaves no run directory (brisk.run.rundir). Last, so it marks the step after every other callback's batch end.
