@@ -15,7 +15,7 @@ from brisk.checkpoints.paths import checkpoint_to_test
 from brisk.cli import entry_point
 from brisk.run import checks, loggers, precision, preflight, ranks, resume, rundir
 from brisk.run import summary as run_summary
-from brisk.run.builder import always_on, build_datamodule, build_model, make_trainer
+from brisk.run.builder import always_on, build_datamodule, build_model, check_validation_split, make_trainer
 from brisk.utils.ranks import first_process
 
 
@@ -46,6 +46,7 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
         # barrier that follows Lightning's prepare_data: here they would race rank 0's download (seen under SLURM).
         datamodule.setup("fit")
         datamodule.setup("test")
+        check_validation_split(cfg, datamodule)  # what the loaded splits refuse: early stopping with no val split
     target = cfg.get("target_acc")
     # The run starts at its first optimizer step, when RunStart writes its record: what the fit refuses before that
     # leaves no run directory (brisk.run.rundir). Last, so it marks the step after every other callback's batch end.

@@ -60,6 +60,10 @@ CASES = {
     "early_stopping_without_validation": _args(
         "callbacks=early_stopping", "trainer.limit_val_batches=0", needles=("callbacks.early_stopping",)
     ),
+    # found once the splits are read, still before the first step: no image is held out to validate on
+    "early_stopping_without_a_validation_split": _args(
+        "callbacks=early_stopping", "data.val_size=0", needles=("callbacks.early_stopping", "data.val_size=0")
+    ),
     "lookahead_decay_nan": _args("callbacks=lookahead", "+callbacks.lookahead.decay=nan", needles=("decay=nan",)),
     "warmup_start_nan": _args("scheduler=warmup_linear", "+scheduler.start=nan", needles=("scheduler.start=nan",)),
     "warmup_longer_than_the_run": _args("scheduler=warmup_linear", "scheduler.warmup=5", needles=("scheduler.warmup",)),

@@ -6,9 +6,11 @@ for the other commands).
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import lightning as L
 from lightning.pytorch.callbacks import EarlyStopping
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from brisk import fastloop
 from brisk.callbacks import (
@@ -76,16 +78,21 @@ def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.T
     return trainer
 
 
-def check_early_stopping(cfg: DictConfig) -> None:
-    """Refuse, before the fit, an early stopping (Lightning's EarlyStopping, by any name in the callbacks group) that
-    could only fail inside it: Lightning takes any patience and monitor, and compares or looks them up only after the
-    first epoch's steps (a string patience at the second validation; a metric nobody logs, or a val/ metric with
-    validation off, at the first check), when the run has trained and keeps its directory."""
+def _early_stopping(cfg: DictConfig):
+    """(key, config) of each early stopping (Lightning's EarlyStopping, by any name in the callbacks group)."""
     for name, spec in (cfg.get("callbacks") or {}).items():
         kind = spec.get("type") if spec is not None else None
-        if kind not in CALLBACKS or not issubclass(CALLBACKS.get(kind), EarlyStopping):
-            continue  # off, or not early stopping; an unknown type is refused as the callbacks are built
-        key, monitor = f"callbacks.{name}", spec.get("monitor")
+        if kind in CALLBACKS and issubclass(CALLBACKS.get(kind), EarlyStopping):
+            yield f"callbacks.{name}", spec  # not off, not another callback; an unknown type is refused as built
+
+
+def check_early_stopping(cfg: DictConfig) -> None:
+    """Refuse, before the fit, an early stopping that could only fail inside it: Lightning takes any patience and
+    monitor, and compares or looks them up only after the first epoch's steps (a string patience at the second
+    validation; a metric nobody logs, or a val/ metric with validation off, at the first check), when the run has
+    trained and keeps its directory."""
+    for key, spec in _early_stopping(cfg):
+        monitor = spec.get("monitor")
         if "patience" in spec:  # Lightning's default, 3, otherwise
             check(f"{key}.patience", spec.patience, lambda v: v >= 0, "a whole number >= 0 (validations)", int)
         if monitor not in FIT_METRICS:
@@ -94,12 +101,26 @@ def check_early_stopping(cfg: DictConfig) -> None:
                 f"{key}.monitor",
             )
         if str(monitor).startswith("val/") and cfg.trainer.get("limit_val_batches") == 0:
-            raise BriskError(
-                f"{key}: early stopping on {monitor} needs validation, which trainer.limit_val_batches=0 turns off. "
-                f"Validate (trainer.limit_val_batches=1.0), or stop on a train/ metric ({key}.monitor=train/loss "
-                f"{key}.mode=min), or leave out early stopping.",
-                key,
-            )
+            _without_validation(key, monitor, "trainer.limit_val_batches=0 turns off", "trainer.limit_val_batches=1.0")
+
+
+def check_validation_split(cfg: DictConfig, datamodule: L.LightningDataModule) -> None:
+    """Once the data is loaded: an early stopping on a val/ metric needs a validation split that holds images
+    (data.val_size=0 holds none), or Lightning raises after the first epoch."""
+    if len(datamodule.val_dataloader()):
+        return
+    for key, spec in _early_stopping(cfg):
+        if str(spec.get("monitor")).startswith("val/"):
+            size = OmegaConf.select(cfg, "data.val_size")
+            _without_validation(key, spec.monitor, f"data.val_size={size} holds out none", "data.val_size=5000")
+
+
+def _without_validation(key: str, monitor: str, why: str, fix: str) -> NoReturn:
+    raise BriskError(
+        f"{key}: early stopping on {monitor} needs validation, which {why}. Validate ({fix}), or stop on a train/ "
+        f"metric ({key}.monitor=train/loss {key}.mode=min), or leave out early stopping.",
+        key,
+    )
 
 
 # conf/train.yaml's always_on: the callbacks brisk-train adds whatever the callbacks group says, each the part of a
