@@ -37,8 +37,6 @@ BAD = {
         ["accumulation=schedule", "callbacks.accumulation.scheduling={0:1,4:0}"],
         ["callbacks.accumulation.scheduling.4=0"],
     ),
-    "lr_zero": (["optimizer.lr=0"], ["optimizer.lr=0", "positive"]),
-    "lr_negative": (["optimizer.lr=-0.1"], ["optimizer.lr=-0.1", "positive"]),
     "unknown_precision": (["trainer.precision=17"], ["trainer.precision=17 is unknown", "bf16-mixed"]),
     "fsdp_without_cuda": (["strategy=fsdp"], ["trainer.strategy=fsdp needs CUDA", "strategy=ddp"]),
     "deepspeed_without_cuda": (["strategy=deepspeed"], ["trainer.strategy=deepspeed needs CUDA"]),

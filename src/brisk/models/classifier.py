@@ -30,6 +30,8 @@ def check_optimizer(optimizer: Mapping[str, Any], scheduler: Mapping[str, Any] |
     """What the optimizer's and the schedule's configs may not hold, refused as the model is built: brisk.train builds
     it before any data is read, and the optimizer and schedule themselves are built only in configure_optimizers,
     after it. A weight decay in the optimizer's config would do nothing: the parameter groups set their own."""
+    if optimizer.get("lr") is not None:
+        check("optimizer.lr", optimizer["lr"], lambda v: v > 0, "a positive number, e.g. optimizer.lr=0.05")
     if "momentum" in optimizer:
         check("optimizer.momentum", optimizer["momentum"], lambda v: 0 <= v <= 1, "a number in [0, 1]")
     if scheduler and "pct_start" in scheduler:  # OneCycleLR's warm-up, a share of the run's steps

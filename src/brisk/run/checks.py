@@ -50,8 +50,6 @@ def validate(cfg: DictConfig) -> None:
     precision.name(trainer.precision)
     if "accumulate_grad_batches" in trainer:
         accumulation(trainer.accumulate_grad_batches, cfg.get("callbacks"))
-    if cfg.get("optimizer") is not None:
-        learning_rate(cfg.optimizer)
     hardware(trainer)
     world = devices.device_count(trainer) * devices.num_nodes(trainer)
     batch_split(cfg.data, world)
@@ -98,12 +96,6 @@ def accumulation(value, callbacks: DictConfig | None) -> None:
                 f"callbacks.accumulation.scheduling.{epoch}={factor} must be a whole number >= 1 (batches per step).",
                 f"callbacks.accumulation.scheduling.{epoch}",
             )
-
-
-def learning_rate(optimizer: DictConfig) -> None:
-    lr = optimizer.get("lr")
-    if lr is not None and (not isinstance(lr, (int, float)) or isinstance(lr, bool) or not 0 < lr < math.inf):
-        raise BriskError(f"optimizer.lr={lr} must be a positive number, e.g. optimizer.lr=0.05.", "optimizer.lr")
 
 
 def hardware(trainer: DictConfig) -> None:
