@@ -13,7 +13,9 @@ import importlib.metadata
 import inspect
 import re
 import sys
+import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
 from hydra.errors import (
     CompactHydraException,
@@ -153,11 +155,20 @@ def _refused(key: str, shown: str, cause: BaseException, overrides: list[str]) -
     if isinstance(cause, ValueError) or (
         misconfiguration is not None and isinstance(cause, misconfiguration.MisconfigurationException)
     ):
-        by = _set_by(key, overrides)
-        return BriskError(
-            f"{key}: {shown} refused its settings: {_line(cause)}. Fix the value" + (f" ({by})." if by else ".")
-        )
-    return None
+        said = _line(cause)
+    elif isinstance(cause, TypeError | IndexError | KeyError) and _raised_outside_brisk(cause):
+        # a library's constructor that indexes or adds up a value of the wrong shape, such as AdamW's betas=[0.9]
+        said = f"{type(cause).__name__}: {_line(cause)}"
+    else:
+        return None
+    by = _set_by(key, overrides)
+    return BriskError(f"{key}: {shown} refused its settings: {said}. Fix the value" + (f" ({by})." if by else "."))
+
+
+def _raised_outside_brisk(cause: BaseException) -> bool:
+    """Raised in a library's code (torch's, Lightning's), not brisk's own: there it is a bug, whose traceback stays."""
+    frames = traceback.extract_tb(cause.__traceback__)
+    return bool(frames) and not frames[-1].filename.startswith(str(Path(__file__).parents[1]))
 
 
 def _missing_package(cause: BaseException) -> str | None:
