@@ -175,6 +175,7 @@ CASES = {
     "limit_train_zero": _args("trainer.limit_train_batches=0", needles=("trainer.limit_train_batches=0",)),
     "clip_negative": _args("trainer.gradient_clip_val=-1", needles=("trainer.gradient_clip_val=-1",)),
     "momentum_above_one": _args("optimizer.momentum=1.5", needles=("optimizer.momentum=1.5",)),
+    "step_size_zero": _args("scheduler=step", "scheduler.step_size=0", needles=("scheduler.step_size=0",)),
     # torch's AdamW indexes betas[1]: its IndexError, raised in torch, is the value's fault, not a bug of brisk's
     "betas_too_short": _args("optimizer=adamw", "optimizer.betas=[0.9]", needles=("optimizer.betas=[0.9]", "AdamW")),
     "width_zero": _args("model.net.width=0", needles=("model.net.width=0",)),

@@ -36,6 +36,8 @@ def check_optimizer(optimizer: Mapping[str, Any], scheduler: Mapping[str, Any] |
         check("optimizer.momentum", optimizer["momentum"], lambda v: 0 <= v <= 1, "a number in [0, 1]")
     if scheduler and "pct_start" in scheduler:  # OneCycleLR's warm-up, a share of the run's steps
         check("scheduler.pct_start", scheduler["pct_start"], lambda v: 0 < v < 1, "a number in (0, 1)")
+    if scheduler and "step_size" in scheduler:  # StepLR's: torch takes 0, and divides by it at the first step
+        check("scheduler.step_size", scheduler["step_size"], lambda v: v >= 1, "a whole number >= 1 (epochs)", int)
     if "weight_decay" in optimizer:
         value = optimizer["weight_decay"]
         raise BriskError(

@@ -155,10 +155,10 @@ def _refused(key: str, shown: str, cause: BaseException, overrides: list[str]) -
     if isinstance(cause, ValueError) or (
         misconfiguration is not None and isinstance(cause, misconfiguration.MisconfigurationException)
     ):
-        said = _line(cause)
+        said = _line(cause).rstrip(".")
     elif isinstance(cause, TypeError | IndexError | KeyError) and _raised_outside_brisk(cause):
         # a library's constructor that indexes or adds up a value of the wrong shape, such as AdamW's betas=[0.9]
-        said = f"{type(cause).__name__}: {_line(cause)}"
+        said = f"{type(cause).__name__}: {_line(cause).rstrip('.')}"
     else:
         return None
     by = _set_by(key, overrides)
