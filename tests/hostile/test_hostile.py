@@ -175,6 +175,16 @@ CASES = {
     "limit_train_zero": _args("trainer.limit_train_batches=0", needles=("trainer.limit_train_batches=0",)),
     "clip_negative": _args("trainer.gradient_clip_val=-1", needles=("trainer.gradient_clip_val=-1",)),
     "momentum_above_one": _args("optimizer.momentum=1.5", needles=("optimizer.momentum=1.5",)),
+    "dropout_nan": _args("model.net.dropout=nan", needles=("model.net.dropout=nan",)),
+    "exp_decay_nan": _args("scheduler=exp_decay", "scheduler.k=nan", needles=("scheduler.k=nan",)),
+    "val_check_zero": _args("trainer.val_check_interval=0", needles=("trainer.val_check_interval=0",)),
+    # Lightning finds it once fit counts the batches (3 here): its own ValueError, named by the key
+    "val_check_beyond_the_epoch": _args(
+        "trainer.val_check_interval=5000", needles=("trainer.val_check_interval=5000", "Lightning refused")
+    ),
+    "swa_after_the_last_epoch": _args(
+        "callbacks=swa", "callbacks.swa.swa_epoch_start=5", needles=("callbacks.swa.swa_epoch_start=5",)
+    ),
     "step_size_zero": _args("scheduler=step", "scheduler.step_size=0", needles=("scheduler.step_size=0",)),
     # torch's AdamW indexes betas[1]: its IndexError, raised in torch, is the value's fault, not a bug of brisk's
     "betas_too_short": _args("optimizer=adamw", "optimizer.betas=[0.9]", needles=("optimizer.betas=[0.9]", "AdamW")),

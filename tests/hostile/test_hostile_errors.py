@@ -34,7 +34,11 @@ CASES = {
     "unexpected_trainer_argument": (["+trainer.foo=1"], ["trainer.foo", "Trainer", "Remove it"]),
     "argument_with_a_typo": (["+trainer.max_epoch=2"], ["trainer.max_epoch:", "did you mean trainer.max_epochs"]),
     "unexpected_net_argument": (["+model.net.foo=1"], ["model.net.foo", "SimpleCNN", "arguments: num_classes, width"]),
-    "value_refused_by_the_net": (["model.net.dropout=1.5"], ["model.net:", "dropout", "model.net.dropout=1.5"]),
+    # torch's Adam refuses it in its constructor: said with the key and the override
+    "value_refused_by_a_constructor": (
+        ["optimizer=adam", "optimizer.eps=-1"],
+        ["optimizer:", "epsilon", "optimizer.eps=-1"],
+    ),
     "net_removed": (["~model.net"], ["~model.net:", "cannot be removed", "model.net=<value>"]),
     "missing_package": (["trainer.accelerator=tpu"], ["trainer:", "torch_xla", "trainer.accelerator=tpu"]),
     "type_misspelled": (["model.net.type=simple_cn"], ["model.net.type=simple_cn", "simple_cnn", "NETS.register"]),

@@ -109,6 +109,8 @@ class ImageClassifier(L.LightningModule):
         net, optimizer, scheduler, class_names = plain(net), plain(optimizer), plain(scheduler), list(class_names)
         class_weights = plain(class_weights)
         weights = losses.class_weights(class_weights, len(class_names))
+        if "dropout" in net:  # every shipped net's; torch's Dropout takes NaN, and fails on it at the first forward
+            check("model.net.dropout", net["dropout"], lambda v: 0 <= v < 1, "a number in [0, 1)")
         check_optimizer(optimizer, scheduler)
         self.save_hyperparameters()
         num_classes = len(class_names)

@@ -65,6 +65,8 @@ def exp_decay(optimizer: Optimizer, constant_epochs: int = 10, k: float = 0.1) -
     Keras's documented example, `lr if epoch < 10 else lr * exp(-0.1)`, is called with the 0-based epoch
     at each epoch's start and multiplies the previous epoch's lr, so epoch e >= 10 runs at exp(-0.1 (e - 9)).
     """
+    check("scheduler.constant_epochs", constant_epochs, lambda v: v >= 0, "a whole number >= 0 (epochs)", int)
+    check("scheduler.k", k, lambda v: True, "a number (the decay per epoch)")  # NaN would make every lr NaN
     return LambdaLR(optimizer, lambda epoch: math.exp(-k * max(0, epoch - constant_epochs + 1)))
 
 

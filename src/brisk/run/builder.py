@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 import lightning as L
-from lightning.pytorch.callbacks import EarlyStopping
+from lightning.pytorch.callbacks import EarlyStopping, StochasticWeightAveraging
 from omegaconf import DictConfig, OmegaConf
 
 from brisk import fastloop
@@ -48,6 +48,7 @@ def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.T
     precision = resolve(cfg.trainer.precision, str(cfg.trainer.accelerator))
     fast = cfg.get("fast_loop", True)  # brisk.fastloop's per-step cuts; false: plain Lightning
     check_early_stopping(cfg)
+    check_swa(cfg)
     configured = _build_all(CALLBACKS, cfg.get("callbacks"), "callbacks")
     callbacks = [*(c for c, _ in configured), *extra_callbacks]
     if cfg.trainer.get("enable_model_summary") is not False:  # Lightning's, with the FLOPs of one image counted
@@ -78,12 +79,13 @@ def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.T
     return trainer
 
 
-def _early_stopping(cfg: DictConfig):
-    """(key, config) of each early stopping (Lightning's EarlyStopping, by any name in the callbacks group)."""
+def _callbacks_of(cfg: DictConfig, kind: type):
+    """(key, config) of each entry of the callbacks group, by any name, that builds a `kind`: not those that are off,
+    nor an unknown type, which is refused as the callbacks are built."""
     for name, spec in (cfg.get("callbacks") or {}).items():
-        kind = spec.get("type") if spec is not None else None
-        if kind in CALLBACKS and issubclass(CALLBACKS.get(kind), EarlyStopping):
-            yield f"callbacks.{name}", spec  # not off, not another callback; an unknown type is refused as built
+        entry = spec.get("type") if spec is not None else None
+        if entry in CALLBACKS and issubclass(CALLBACKS.get(entry), kind):
+            yield f"callbacks.{name}", spec
 
 
 def check_early_stopping(cfg: DictConfig) -> None:
@@ -91,7 +93,7 @@ def check_early_stopping(cfg: DictConfig) -> None:
     monitor, and compares or looks them up only after the first epoch's steps (a string patience at the second
     validation; a metric nobody logs, or a val/ metric with validation off, at the first check), when the run has
     trained and keeps its directory."""
-    for key, spec in _early_stopping(cfg):
+    for key, spec in _callbacks_of(cfg, EarlyStopping):
         monitor = spec.get("monitor")
         if "patience" in spec:  # Lightning's default, 3, otherwise
             check(f"{key}.patience", spec.patience, lambda v: v >= 0, "a whole number >= 0 (validations)", int)
@@ -104,12 +106,27 @@ def check_early_stopping(cfg: DictConfig) -> None:
             _without_validation(key, monitor, "trainer.limit_val_batches=0 turns off", "trainer.limit_val_batches=1.0")
 
 
+def check_swa(cfg: DictConfig) -> None:
+    """Lightning's SWA that would start after the last epoch never averages, yet still runs its extra epoch, which
+    steps a planned schedule past its end (OneCycleLR: "Tried to step 23 times"): refused before the fit."""
+    max_epochs = cfg.trainer.get("max_epochs")
+    for key, spec in _callbacks_of(cfg, StochasticWeightAveraging):
+        start = spec.get("swa_epoch_start", 0.8)
+        if isinstance(start, int) and isinstance(max_epochs, int) and 0 < max_epochs < start:
+            raise BriskError(
+                f"{key}.swa_epoch_start={start} is after the run's last epoch (trainer.max_epochs={max_epochs}), "
+                f"so SWA would never average. Start it at an epoch up to {max_epochs}, or give a share of the "
+                f"epochs ({key}.swa_epoch_start=0.8).",
+                f"{key}.swa_epoch_start",
+            )
+
+
 def check_validation_split(cfg: DictConfig, datamodule: L.LightningDataModule) -> None:
     """Once the data is loaded: an early stopping on a val/ metric needs a validation split that holds images
     (data.val_size=0 holds none), or Lightning raises after the first epoch."""
     if len(datamodule.val_dataloader()):
         return
-    for key, spec in _early_stopping(cfg):
+    for key, spec in _callbacks_of(cfg, EarlyStopping):
         if str(spec.get("monitor")).startswith("val/"):
             size = OmegaConf.select(cfg, "data.val_size")
             _without_validation(key, spec.monitor, f"data.val_size={size} holds out none", "data.val_size=5000")

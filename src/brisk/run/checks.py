@@ -33,6 +33,8 @@ VALUES = {
     "trainer.max_steps": (INT, lambda v: v >= 1, ">= 1", (-1, None)),
     "trainer.log_every_n_steps": (INT, lambda v: v >= 1, ">= 1", ()),
     "trainer.check_val_every_n_epoch": (INT, lambda v: v >= 1, ">= 1", (None,)),
+    # a share of the epoch's batches, or a number of them: Lightning divides by it, and 0 fails at the first step
+    "trainer.val_check_interval": (NUM, lambda v: v > 0, "> 0", (None,)),
     "trainer.gradient_clip_val": (NUM, lambda v: v >= 0, ">= 0", (None,)),
     "trainer.limit_train_batches": (NUM, lambda v: v > 0, "> 0", (None,)),  # 0 batches would train nothing
     "trainer.limit_val_batches": (NUM, lambda v: v >= 0, ">= 0", (None,)),

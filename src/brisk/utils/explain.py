@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib.metadata
 import inspect
+import os
 import re
 import sys
 import traceback
@@ -67,6 +68,9 @@ def explain(error: BaseException, overrides: Sequence[str] = ()) -> BriskError |
             "hparams_search=optuna (docs/search.md).",
             ranged.partition("=")[0],
         )
+    if key := _trainer_argument(cause):
+        by = _set_by(key, list(overrides))
+        return BriskError(f"{key}: Lightning refused it: {_line(cause).rstrip('.')}. Fix the value ({by or key}).", key)
     if (package := _missing_package(error)) and (extra := _extra_for(package)):  # e.g. hparams_search=optuna
         given = next((o for o in overrides if package in o.partition("=")[2]), None)
         return BriskError(
@@ -163,6 +167,21 @@ def _refused(key: str, shown: str, cause: BaseException, overrides: list[str]) -
         return None
     by = _set_by(key, overrides)
     return BriskError(f"{key}: {shown} refused its settings: {said}. Fix the value" + (f" ({by})." if by else "."))
+
+
+def _trainer_argument(cause: BaseException | None) -> str | None:
+    """trainer.<name>, where Lightning's own code refused a value once fit ran and named one of its Trainer's
+    arguments in backquotes ("`val_check_interval` (5000) must be less than ... the training batches (11)")."""
+    lightning = sys.modules.get("lightning.pytorch")
+    misconfiguration = sys.modules.get("lightning.fabric.utilities.exceptions")
+    kinds = (ValueError, *((misconfiguration.MisconfigurationException,) if misconfiguration else ()))
+    if lightning is None or not isinstance(cause, kinds):
+        return None
+    frames = traceback.extract_tb(cause.__traceback__)
+    if not frames or f"{os.sep}lightning{os.sep}" not in frames[-1].filename:
+        return None
+    arguments = inspect.signature(lightning.Trainer.__init__).parameters
+    return next((f"trainer.{n}" for n in re.findall(r"`(\w+)`", str(cause)) if n in arguments), None)
 
 
 def _raised_outside_brisk(cause: BaseException) -> bool:
