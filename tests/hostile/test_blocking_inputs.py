@@ -109,3 +109,15 @@ def test_a_resume_refuses_a_checkpoint_that_is_not_a_regular_file(case, finished
     lines = [line for line in err.splitlines() if line.startswith("brisk: error:")]
     assert status == 2 and len(lines) == 1 and "Traceback" not in err, err[-2000:]
     assert says in lines[0] and "not a regular file" in lines[0] and str(run / "checkpoints") in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("command, args", [("train", FINISHED), ("evaluate", []), ("predict", []), ("export", [])])
+def test_a_run_folder_given_as_the_checkpoint_names_the_checkpoints_in_it(
+    command, args, finished_run, brisk_root, capsys
+):
+    # A new user's first guess: the run directory itself. Each command names a file in it, not "restore it".
+    inputs = [f"inputs={finished_run}"] if command == "predict" else []  # its plots are images to predict
+    status = main_in_process(command, [*args, *inputs, f"ckpt_path={finished_run}"], brisk_root)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("brisk: error:")]
+    assert status == 2 and len(lines) == 1, lines
+    assert f"ckpt_path={finished_run} is a folder" in lines[0] and str(finished_run / "checkpoints") in lines[0]

@@ -30,6 +30,20 @@ from brisk.utils import run_files
 from brisk.utils.files import published
 
 
+def regular_checkpoint(path: str | os.PathLike) -> None:
+    """Refuse, reading nothing, a `ckpt_path` that is no regular file: a folder given for the checkpoint in it (a run
+    directory: the .ckpt files it holds are named), a FIFO, on which torch.load would wait forever, a device."""
+    if os.path.isdir(path):
+        found = sorted(Path(path).glob("*.ckpt")) or sorted(Path(path).glob("checkpoints/*.ckpt"))
+        example = next((f for f in found if f.name == "last.ckpt"), found[0] if found else None)
+        raise BriskError(
+            f"ckpt_path={path} is a folder. Pass a checkpoint file"
+            + (f", e.g. ckpt_path={example} ({len(found)} .ckpt there)." if example else ": it holds no .ckpt."),
+            "ckpt_path",
+        )
+    run_files.regular(path)
+
+
 @contextlib.contextmanager
 def readable(path: str | os.PathLike) -> Iterator[None]:
     """Turn torch.load's failures on `path` into one BriskError that names the file and the fix.
@@ -38,7 +52,7 @@ def readable(path: str | os.PathLike) -> Iterator[None]:
     regular file is opened: torch.load would wait forever on a FIFO and read a link to /dev/zero without end.
     """
     if os.path.lexists(path):  # a missing file is FileNotFoundError below, with its own line
-        run_files.regular(path)
+        regular_checkpoint(path)
     try:
         yield
     except FileNotFoundError:

@@ -26,6 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from brisk.checkpoints import io
 from brisk.checkpoints.io import SafeCheckpointIO, peek
 from brisk.checkpoints.legacy import renamed
 from brisk.checkpoints.paths import run_dir_of
@@ -221,6 +222,8 @@ def load_run(cfg: DictConfig) -> tuple[DictConfig, L.LightningModule, dict]:
     weights, and the checkpoint, for the commands that need the run's data too (predict, export): no fallback
     without the run's config. Compiling is off: these run the eager net."""
     ckpt = Path(cfg.ckpt_path)
+    if os.path.lexists(ckpt):  # a run directory is named as such; a missing file, as torch.load finds it
+        io.regular_checkpoint(ckpt)
     if run_config(ckpt) is None:
         saved = run_dir_of(ckpt) / ".hydra" / "config.yaml"
         raise BriskError(

@@ -15,12 +15,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from brisk import registry as registry_
-from brisk.checkpoints import paths
+from brisk.checkpoints import io, paths
 from brisk.data.augment_ops import Augmentation
 from brisk.errors import BriskError
 from brisk.run import devices, precision
 from brisk.run.builder import check_always_on
-from brisk.utils import run_files
 from brisk.utils.config import plain
 
 INT, NUM = "a whole number", "a number"
@@ -151,4 +150,4 @@ def checkpoint_exists(ckpt_path) -> None:
             "or ckpt_path=last together with hydra.run.dir=<run>.",
             "ckpt_path",
         )
-    run_files.regular(str(ckpt_path))  # a FIFO would hang Lightning's load, and a folder is no checkpoint
+    io.regular_checkpoint(str(ckpt_path))
