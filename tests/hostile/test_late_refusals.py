@@ -45,6 +45,10 @@ CASES = {
     "airbench_width_zero": _args("model=airbench", "model.net.widths=[0,64,64]", needles=("model.net.widths",)),
     "csv_folder_unwritable": _under_a_file("csv"),
     "tensorboard_folder_unwritable": _under_a_file("tensorboard"),
+    # a folder no file can be made in, even by root, which may write anywhere else
+    "csv_folder_in_proc": _args(
+        "logger.csv.save_dir=/proc/brisk-csv", needles=("logger.csv.save_dir=/proc/brisk-csv",)
+    ),
     "wandb_without_a_key": _args("logger=wandb", needles=("logger.wandb", "WANDB_MODE=offline")),
     "patience_a_string": _args(
         "callbacks=early_stopping",

@@ -14,6 +14,7 @@ from lightning.pytorch.loggers import WandbLogger
 
 from brisk.errors import BriskError, first_line
 from brisk.registry import LOGGERS, PROFILERS
+from brisk.utils.files import creatable
 
 # Lightning's own; each imports its package (mlflow, wandb, tensorboard) only when a run builds it.
 LOGGERS.register("csv", loggers.CSVLogger)
@@ -31,7 +32,8 @@ def check(key: str, spec: Mapping[str, Any]) -> None:
     does not answer or an mlflow store that is not one. A new mlflow sqlite store is made here, once (mlflow_store)."""
     for name in ("save_dir", "dir"):
         if spec.get(name) is not None:
-            _writable(f"{key}.{name}", spec[name])
+            # made and written to by the logger only once fit sets up: checked without making it (brisk.utils.files)
+            creatable(Path(os.fspath(spec[name])).expanduser(), f"{key}.{name}")
     kind = spec.get("type")
     if kind in LOGGERS and issubclass(LOGGERS.get(kind), WandbLogger):
         _wandb_key(key, spec)
@@ -39,25 +41,6 @@ def check(key: str, spec: Mapping[str, Any]) -> None:
         from brisk.run import mlflow_store  # only where mlflow logs
 
         mlflow_store.check(key, spec)
-
-
-def _writable(key: str, folder: object) -> None:
-    """Whether `folder` can be made and written, found without making it (a refused run must leave nothing): its
-    nearest existing folder must be a folder this process may write into. os.access also says no on a read-only
-    file system; as root it says yes to any folder, as mkdir does."""
-    path = Path(os.fspath(folder)).expanduser().absolute()
-    existing = next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
-    if not existing.is_dir():
-        reason = f"{existing} is not a folder" if existing != path else "it is not a folder"
-    elif not os.access(existing, os.W_OK | os.X_OK):
-        reason = f"{existing} is not writable" if existing != path else "it is not writable"
-    else:
-        return
-    raise BriskError(
-        f"{key}={folder}: cannot make or write that folder ({reason}). Set {key} to a folder you can write, or leave "
-        "it out to log into the run directory.",
-        key,
-    )
 
 
 def _wandb_key(key: str, spec: Mapping[str, Any]) -> None:
