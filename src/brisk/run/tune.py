@@ -101,6 +101,11 @@ def tune(cfg: DictConfig) -> None:
     method = args.pop("method")
     if method == "lr_find":
         cfg = _whole_range(cfg, args["num_training"])
+    else:  # the trials step one optimizer and schedule in turn, past a planned schedule's end (OneCycleLR: "Tried to
+        # step 12 times" of 11, four 3-step trials in a 1-epoch run); what fits in memory does not depend on the lr
+        cfg = cfg.copy()
+        with open_dict(cfg):
+            cfg.scheduler = None
     # The model first, as brisk-train builds it: what it refuses (an optimizer's momentum) stops before the Trainer.
     datamodule = build_datamodule(cfg)
     model = build_model(cfg, datamodule)  # its net's own input statistics, if any, go to this DataModule
@@ -126,6 +131,7 @@ def tune(cfg: DictConfig) -> None:
         # A batch larger than the training split yields no batches, which Lightning's power scaling counts as a
         # success, and its max_val stops it on a size it never tried (lightning 2.6.6: 2048 "fits" 1500 images).
         # So the doublings stop at the split's size (in whole batches, from the loader's length).
+        datamodule.prepare_data()  # download or generate: read here, before the fit in which Lightning would do it
         datamodule.setup("fit")
         n_train = len(datamodule.train_dataloader()) * datamodule.hparams.batch_size
         if n_train < args["init_val"]:
