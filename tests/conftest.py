@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FINISHED, TINY, main_in_process, processes_of, run_cli, run_dir_of
+from helpers import EXACT_DDP, FINISHED, TINY, main_in_process, processes_of, run_cli, run_dir_of
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +31,19 @@ def project(tmp_path, brisk_root) -> Path:
     (tmp_path / "data").symlink_to(brisk_root / "data", target_is_directory=True)
     yield tmp_path
     assert processes_of(tmp_path) == [], "processes left running after the test"
+
+
+@pytest.fixture(scope="session")
+def ddp_run(tmp_path_factory, brisk_root):
+    """One brisk-train of EXACT_DDP in a project root of its own: (run directory, process, root). A 2-rank job starts
+    three processes (~25 s on 2 cores), so the tests that only read one share it: test_distributed.py (the directory,
+    the console, the global metrics) and test_equivalence.py (its weights are one process's)."""
+    root = tmp_path_factory.mktemp("ddp_run")
+    (brisk_root / "data").mkdir(exist_ok=True)
+    (root / "data").symlink_to(brisk_root / "data", target_is_directory=True)
+    proc = run_cli("train", EXACT_DDP, root)
+    assert processes_of(root) == [], "processes left running after the run"
+    return run_dir_of(proc), proc, root
 
 
 @pytest.fixture(scope="session")

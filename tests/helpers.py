@@ -40,6 +40,15 @@ TINY = [
 ]
 
 
+# A global batch that gives the same gradient however it is split (tests/run/test_equivalence.py): no BatchNorm, no
+# augmentation, a fixed seed.
+EXACT = [*TINY, "augment=none", "+model.net.norm=false", "scheduler=none", "trainer.max_epochs=1"]
+EXACT += ["callbacks.progress_bar=null", "trainer.deterministic=true"]
+# EXACT on 2 ranks of 50, each holding its data resident: the 2-rank run test_distributed.py and test_equivalence.py
+# share (conftest.py: ddp_run).
+EXACT_DDP = [*EXACT, "data.batch_size=100", "strategy=ddp", "trainer.devices=2", "data.resident=true"]
+
+
 # What srun sets for a one-task job: enough for Lightning to pick its SLURMEnvironment.
 SLURM_ENV = {
     "SLURM_JOB_ID": "4242",

@@ -14,7 +14,7 @@ from brisk.models import ImageClassifier
 from brisk.models.sparsity import sparsity
 from brisk.run.builder import build_model
 from brisk.run.prepare import build, build_trainer
-from helpers import TINY, compose_cfg, read_summary, run_cli, run_dir_of
+from helpers import TINY, compose_cfg, main_in_process, read_summary
 
 QUICK = [*TINY, "callbacks.progress_bar=null", "trainer.num_sanity_val_steps=0"]
 QUICK += ["trainer.limit_train_batches=5", "trainer.limit_val_batches=2", "trainer.limit_test_batches=1"]
@@ -100,12 +100,15 @@ def test_pruning_schedule_rises_to_the_target():
 
 @pytest.fixture(scope="module")
 def pruned_ema_run(tmp_path_factory, brisk_root):
-    """One real brisk-train run with two levers at once; the pruning schedule ends with epoch 0 of 2."""
+    """One real brisk-train run with two levers at once; the pruning schedule ends with epoch 0 of 2. In this
+    process, through brisk-train's entry point: the levers need no process of their own."""
     root = tmp_path_factory.mktemp("pruned")
     (brisk_root / "data").mkdir(exist_ok=True)
     (root / "data").symlink_to(brisk_root / "data", target_is_directory=True)
+    run_dir = root / "run"
     args = [*QUICK, "callbacks=[ema,prune]", "callbacks.prune.amount=0.6", "trainer.max_epochs=2"]
-    return run_dir_of(run_cli("train", args, root))
+    assert main_in_process("train", [*args, f"hydra.run.dir={run_dir}"], root) == 0
+    return run_dir
 
 
 def test_pruning_reaches_its_target_and_checkpoints_load_plain(pruned_ema_run):

@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
 from brisk.cli import CONFIG_PATH
-from helpers import SLURM_ENV, TINY, read_summary, run_cli, run_dir_of
+from helpers import SLURM_ENV, TINY, brisk_train, main_in_process, read_summary, run_cli, run_dir_of
 
 DDP = ["strategy=ddp", "trainer.devices=2", "trainer.max_epochs=1", "callbacks.progress_bar=null"]
 
@@ -30,9 +30,10 @@ def run_dirs(root: Path) -> list[Path]:
     return sorted(p.parent for p in (root / "logs").rglob(".hydra"))
 
 
-def test_single_run_has_one_directory_and_global_metrics(root):
-    proc = run_cli("train", [*TINY, *DDP], root)
-    run_dir = run_dir_of(proc)
+def test_single_run_has_one_directory_and_global_metrics(ddp_run, tmp_path):
+    # The session's 2-rank run, shared with test_equivalence.py: EXACT_DDP, TINY with BatchNorm and augmentation off,
+    # which nothing here depends on (the sweep and torchrun runs below train with both).
+    run_dir, proc, root = ddp_run
     assert run_dirs(root) == [run_dir]
     # brisk.utils.quiet, in every rank: Lightning's sync_dist advice for val/acc_best and its tips; rank 1's log
     # lines go to its own file only, so the console says the precision once
@@ -47,10 +48,12 @@ def test_single_run_has_one_directory_and_global_metrics(root):
     (rank1,) = run_dir.glob("ranks/*/attempt_0/1/stderr.log")
     assert "Initializing distributed: GLOBAL_RANK: 1" in rank1.read_text(), "rank 1 logs in the same directory"
     # Global metrics: the test accuracy logged by the 2-rank run is the one a single process computes
-    # on the whole test split with the same checkpoint (each rank tested half of it).
-    data = [o for o in TINY if o.startswith("data")]
-    single = run_cli("evaluate", [*data, f"ckpt_path={s['ckpt_path']}", "trainer.accelerator=cpu"], root)
-    single_eval = json.loads((run_dir_of(single) / "eval.json").read_text())
+    # on the whole test split with the same checkpoint (each rank tested half of it). That process is this one:
+    # the one-process metrics need no process of their own, and a start costs ~7 s of importing on 2 cores.
+    data, eval_dir = [o for o in TINY if o.startswith("data")], tmp_path / "eval"
+    single = [*data, f"ckpt_path={s['ckpt_path']}", "trainer.accelerator=cpu", f"hydra.run.dir={eval_dir}"]
+    assert main_in_process("evaluate", single, root) == 0
+    single_eval = json.loads((eval_dir / "eval.json").read_text())
     assert s["metrics"]["test/acc"] == pytest.approx(single_eval["metrics"]["test/acc"], abs=1e-6)
     # The per-class counts too: the ranks' confusion matrices are gathered, not rank 0's alone.
     assert s["test_confusion_matrix"] == single_eval["test_confusion_matrix"]
@@ -138,16 +141,23 @@ def test_two_nodes_on_one_machine(root):
     assert str(run_dir) in outs[0]
 
 
-def test_slurm_job_is_detected_and_a_requeue_resumes(root):
-    env = {**os.environ, **SLURM_ENV}
+@pytest.mark.usefixtures("restore_logging")
+def test_slurm_job_is_detected_and_a_requeue_resumes(root, capsys, monkeypatch):
+    # In this process: what SLURM gives a job is its environment, not a process of brisk's (the signals that reach
+    # SLURM jobs are tested as real processes in test_signals.py and test_resume.py).
+    for key, value in SLURM_ENV.items():
+        monkeypatch.setenv(key, value)
     args = [*TINY, "scheduler=none", "callbacks.progress_bar=null"]
-    first = run_dir_of(run_cli("train", [*args, "trainer.max_epochs=1"], root, env=env))
+    proc = brisk_train([*args, "trainer.max_epochs=1"], root, capsys, monkeypatch)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = run_dir_of(proc)
     assert first == (root / "logs" / "train" / "runs" / "slurm-4242").resolve()
     s = read_summary(first)
     assert s["distributed"]["cluster_environment"] == "SLURMEnvironment"
     # The requeued job has the same id, finds its directory and resumes from last.ckpt.
-    env["SLURM_RESTART_COUNT"] = "1"
-    proc = run_cli("train", [*args, "trainer.max_epochs=2"], root, env=env)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    proc = brisk_train([*args, "trainer.max_epochs=2"], root, capsys, monkeypatch)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert run_dir_of(proc) == first
     assert read_summary(first)["global_step"] == 2 * 15
     assert "resuming from" in proc.stdout + proc.stderr

@@ -8,22 +8,31 @@ breaks this on purpose: its statistics are per rank and per micro-batch (see doc
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from brisk.run.prepare import build
-from helpers import TINY, compose_cfg, read_summary, run_cli, run_dir_of
+from helpers import EXACT, TINY, compose_cfg, main_in_process, read_summary, run_cli, run_dir_of
 
-EXACT = [*TINY, "augment=none", "+model.net.norm=false", "scheduler=none", "trainer.max_epochs=1"]
-EXACT += ["callbacks.progress_bar=null", "trainer.deterministic=true"]
+
+def weights(run_dir: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    return {k: v for k, v in state.items() if k.startswith("net.")}, read_summary(run_dir)
 
 
 def final_weights(root: Path, args: list[str]) -> tuple[dict[str, torch.Tensor], dict]:
-    run_dir = run_dir_of(run_cli("train", [*EXACT, *args], root))
-    state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
-    return {k: v for k, v in state.items() if k.startswith("net.")}, read_summary(run_dir)
+    """brisk-train of EXACT in this process: what is compared is arithmetic, and a process of its own costs ~7 s of
+    importing on 2 cores. The DDP run's ranks are processes: conftest's ddp_run."""
+    run_dir = Path(tempfile.mkdtemp(prefix="equivalence-", dir=root)) / "run"
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        assert main_in_process("train", [*EXACT, *args, f"hydra.run.dir={run_dir}"], root) == 0
+    finally:  # trainer.deterministic=true turns it on for the process: the tests after this one run as they would
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    return weights(run_dir)
 
 
 def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -37,12 +46,10 @@ def single_batch_100(brisk_root):
     return final_weights(brisk_root, ["data.batch_size=100"])
 
 
-def test_ddp_two_ranks_of_b_equal_one_process_of_2b(brisk_root, single_batch_100):
+def test_ddp_two_ranks_of_b_equal_one_process_of_2b(ddp_run, single_batch_100):
     """The ranks hold their data resident (the whole split each, on their own device): their shards of each
     epoch are still disjoint halves of the single process's batches, or the weights would differ."""
-    ddp, s = final_weights(
-        brisk_root, ["data.batch_size=100", "strategy=ddp", "trainer.devices=2", "data.resident=true"]
-    )
+    ddp, s = weights(ddp_run[0])  # EXACT_DDP: EXACT on 2 ranks of 50
     assert s["world_size"] == 2 and s["per_device_batch"] == 50
     assert_same(ddp, single_batch_100[0])
 
@@ -65,8 +72,7 @@ def test_accumulation_schedule_changes_the_factor_at_its_epochs(brisk_root):
     new = "{0:1,1:2,2:4}"
     key = "callbacks.accumulation.scheduling"
     schedule = ["accumulation=schedule", f"~{key}", f"+{key}={new}"]
-    run_dir = run_dir_of(run_cli("train", [*EXACT, *schedule, "trainer.max_epochs=3"], brisk_root))
-    s = read_summary(run_dir)
+    _, s = final_weights(brisk_root, [*schedule, "trainer.max_epochs=3"])
     # 15 batches an epoch: 15 steps at factor 1, then ceil(15/2) = 8, then ceil(15/4) = 4
     assert s["global_step"] == 15 + 8 + 4
     assert s["accumulation"] == 4

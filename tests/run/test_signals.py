@@ -150,6 +150,8 @@ def test_slurm_requeue_signal_to_rank_0_alone_saves_on_every_rank_and_trains_on(
     assert read_summary(run_dir)["global_step"] == 8
 
 
+@pytest.mark.slow  # ~10 s; the same Ctrl-C to the group while the ranks import stays in the default suite as
+# test_elastic.py's test_ctrl_c_before_training_exits_130_with_one_line_and_leaves_no_run_directory[importing]
 def test_ctrl_c_while_ddp_ranks_start_ends_130_at_once_with_every_rank(project):
     """A terminal's Ctrl-C reaches the whole foreground group while the ranks still import. The agent started each
     rank in a session of its own: the job alone gets it and stops them (brisk.run.ranks._CtrlC)."""
