@@ -128,12 +128,12 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     try:
         state = load_state_dict(str(path), device="cpu", weights_only=True)
     except Exception as e:  # a bad file, whatever the reader raises
-        why = first_line(e)
+        why = f"{type(e).__name__}: {first_line(e)}"  # a text file read by torch.load is "KeyError: 101"
         if "weights only" in why.lower() or "weights_only" in why:  # not torch's advice to unpickle it anyway
             why = "it holds pickled objects, not only tensors, and brisk unpickles nothing else"
-        raise BriskError(f"model.net.weights={path}: cannot be read as weights ({why}). {FIX}.") from None
+        raise BriskError(f"model.net.weights={path}: cannot be read as weights ({why}); {FIX}.") from None
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise BriskError(f"model.net.weights={path}: holds no state_dict (a mapping of names to tensors). {FIX}.")
+        raise BriskError(f"model.net.weights={path}: holds no state_dict (a mapping of names to tensors); {FIX}.")
     return dict(state)
 
 
