@@ -43,7 +43,6 @@ ALLOWED = [
     "brisk.data.cifar",
     "brisk.data.cifar_files",
     "brisk.data.loader",
-    "brisk.data.resident",
     "brisk.data.splits",
     "brisk.data.synthetic",
     "brisk.errors",

@@ -22,7 +22,6 @@ from brisk.data import splits
 from brisk.data.augment_ops import Augmentation
 from brisk.data.checks import augment_fits, batch_fits, read_errors, readable_folder, say_dropped
 from brisk.data.loader import TensorBatchLoader
-from brisk.data.resident import place as place_resident
 from brisk.errors import check, check_flag
 from brisk.utils.config import plain
 from brisk.utils.threads import small_ops
@@ -247,7 +246,9 @@ class TensorDataModule(L.LightningDataModule):
             return self.splits[split]
         device = self.trainer.strategy.root_device if self.trainer is not None else self.resident_device
         if split not in self._placed or self._placed[split][0] != device:  # a split that did not fit: said once
-            self._placed[split] = (device, place_resident(split, *self.splits[split], device) or self.splits[split])
+            from brisk.data.resident import place  # only where data.resident=true
+
+            self._placed[split] = (device, place(split, *self.splits[split], device) or self.splits[split])
         return self._placed[split][1]
 
     def train_dataloader(self) -> TensorBatchLoader:
