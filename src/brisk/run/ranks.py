@@ -23,14 +23,16 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from omegaconf import DictConfig
 
 from brisk.errors import BriskError
 from brisk.run import devices, entry
-from brisk.run.rundir import Run
 from brisk.utils import run_files
+
+if TYPE_CHECKING:  # brisk.run.rundir asks this module whether it runs in a rank
+    from brisk.run.rundir import Run
 
 ENV = "BRISK_ELASTIC"  # in a rank's environment: the job's process id, its parent
 READY = "BRISK_ELASTIC_READY"  # in a rank's environment: the file rank 0 creates once brisk's code takes Ctrl-C
