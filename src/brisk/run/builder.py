@@ -111,7 +111,7 @@ def check_swa(cfg: DictConfig) -> None:
     steps a planned schedule past its end (OneCycleLR: "Tried to step 23 times"): refused before the fit."""
     max_epochs = cfg.trainer.get("max_epochs")
     for key, spec in _callbacks_of(cfg, StochasticWeightAveraging):
-        start = spec.get("swa_epoch_start", 0.8)
+        start = spec.get("swa_epoch_start")  # Lightning's default 0.8 from the schema: a share
         if isinstance(start, int) and isinstance(max_epochs, int) and 0 < max_epochs < start:
             raise BriskError(
                 f"{key}.swa_epoch_start={start} is after the run's last epoch (trainer.max_epochs={max_epochs}), "
