@@ -240,8 +240,7 @@ class TensorDataModule(L.LightningDataModule):
         )
 
     def placed(self, split: str) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """(images, rows, labels) for a loader of `split`: as set up, or, `resident`, copied compactly to the
-        training device once (rows None: the images are the split's own) when it fits (brisk.data.resident)."""
+        """(images, rows, labels) of `split` as set up, or once on the device if resident and it fits (rows None)."""
         if not self.hparams.get("resident"):
             return self.splits[split]
         device = self.trainer.strategy.root_device if self.trainer is not None else self.resident_device

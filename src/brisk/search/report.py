@@ -27,14 +27,13 @@ from hydra.types import RunMode
 
 from brisk.errors import BriskError
 from brisk.registry import CALLBACKS
-from brisk.run import ranks
 from brisk.utils.config import plain
 from brisk.utils.files import write_text
 
 log = logging.getLogger("brisk")
 SWEEPER = "hydra_plugins.brisk_optuna.sweeper.BriskOptunaSweeper"
 ENV = "BRISK_TRIAL"  # in an elastic rank's environment: the job's trial, as JSON (`Trial.env`)
-ELASTIC = ranks.ENV  # set in the ranks of a DDP job only
+ELASTIC = "BRISK_ELASTIC"  # brisk.run.ranks.ENV, which this layer may not import: set in the ranks of a DDP job
 PRUNED = "ranks/pruned.txt"  # in the run directory: rank 0 was pruned; the text is the verdict, for the job to say
 
 
