@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from brisk.checkpoints import restore
 from brisk.cli import entry_point
-from brisk.run import checks, loggers, ranks, rundir
+from brisk.run import checks, elastic, loggers, ranks, rundir
 from brisk.run import summary as run_summary
 from brisk.run.builder import build_datamodule
 from brisk.run.prepare import build_trainer
@@ -21,14 +21,14 @@ def evaluate(
     cfg: DictConfig, overrides: list[str] | tuple[str, ...] = (), run: rundir.Run | None = None
 ) -> dict[str, float]:
     """`overrides`: the command line's, which win over the run's saved config. `run`: the command's run directory,
-    where TorchElastic's ranks run this command again (brisk.run.ranks); without it, no ranks start."""
+    where TorchElastic's ranks run this command again (brisk.run.elastic); without it, no ranks start."""
     ckpt = Path(cfg.ckpt_path)
     checks.values(cfg)  # seed and trainer.* by brisk-train's rules, before anything is read
     L.seed_everything(cfg.seed, workers=True)
     # What the run trained on (its .hydra/config.yaml), before the config checks see the data section.
     given, cfg = cfg, restore.with_run_config(cfg, ckpt, overrides)
     if run is not None and (n := ranks.needed(cfg)) > 1:  # each rank runs this command; rank 0 writes eval.json
-        ranks.run(given, run, n)
+        elastic.run(given, run, n)
         return run_files.load_json(run.dir / "eval.json")["metrics"]
     trainer = build_trainer(cfg)
     model = restore.load_model(cfg, ckpt)

@@ -26,7 +26,7 @@ from brisk.cli import entry_point
 from brisk.data.images import EXTENSIONS, Keys, check_max_pixels, list_images, loop_error, prepare_images
 from brisk.deploy.onnx import normalization
 from brisk.errors import BriskError, check
-from brisk.run import checks, ranks, rundir
+from brisk.run import checks, elastic, ranks, rundir
 from brisk.run.builder import build_datamodule
 from brisk.run.prepare import build_trainer
 from brisk.utils.files import write_text
@@ -140,7 +140,7 @@ class CsvWriter(BasePredictionWriter):
 
 
 def predict(cfg: DictConfig, run: rundir.Run | None = None) -> Path:
-    """`run`: the command's run directory, where TorchElastic's ranks run this command again (brisk.run.ranks);
+    """`run`: the command's run directory, where TorchElastic's ranks run this command again (brisk.run.elastic);
     without it, no ranks start."""
     # seed and trainer.* by brisk-train's rules, then predict's own; devices, with the run's data, in build_trainer.
     # Before the checkpoint is read: a 0 would fail only at the end, in the DataLoader or the writer's topk.
@@ -154,7 +154,7 @@ def predict(cfg: DictConfig, run: rundir.Run | None = None) -> Path:
     data = build_datamodule(run_cfg)
     data.mean, data.std, _ = normalization(checkpoint, data)
     if run is not None and (n := ranks.needed(run_cfg)) > 1:  # each rank runs this command; rank 0 merges the file
-        ranks.run(cfg, run, n)
+        elastic.run(cfg, run, n)
         return run.dir / "predictions.csv"
     # a file it cannot read, or one over max_pixels, stops it here, named
     images = prepare_images(paths, data.image_size, cfg.max_pixels, KEYS)

@@ -39,7 +39,9 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
         preflight.room(cfg, model)  # one checkpoint of this model fits in each checkpoint folder
         datamodule.prepare_data()  # download, generate or cache (Lightning's contract: one process)
     if (n := ranks.needed(cfg)) > 1:  # DDP: more than one process on this node
-        return ranks.run(cfg, run, n)  # TorchElastic starts n ranks that each run train(); this process trains none
+        from brisk.run import elastic  # the launcher: imported by the runs that start ranks only
+
+        return elastic.run(cfg, run, n)  # TorchElastic starts n ranks that each run train(); this process trains none
     if first_process():
         # Loading: the splits are read here, once, and kept for the fit and the test; a damaged test split is found
         # now, not after the whole fit. The other ranks of a torchrun or SLURM job load in fit's setup, after the

@@ -64,7 +64,6 @@ ALLOWED = [
     "brisk.run.builder",
     "brisk.run.checks",
     "brisk.run.devices",
-    "brisk.run.jobs",
     "brisk.run.entry",
     "brisk.run.loggers",
     "brisk.run.precision",

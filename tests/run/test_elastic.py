@@ -1,4 +1,4 @@
-"""A DDP job's ranks started by TorchElastic's agent (brisk.run.ranks). Real processes, real gloo DDP
+"""A DDP job's ranks started by TorchElastic's agent (brisk.run.elastic). Real processes, real gloo DDP
 on the CPU, real signals to the job process the user started."""
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ def test_slurm_requeue_signal_to_rank_0_alone_saves_on_every_rank_and_trains_on(
 # test_elastic.py's test_ctrl_c_before_training_exits_130_with_one_line_and_leaves_no_run_directory[importing]
 def test_ctrl_c_while_ddp_ranks_start_ends_130_at_once_with_every_rank(project):
     """A terminal's Ctrl-C reaches the whole foreground group while the ranks still import. The agent started each
-    rank in a session of its own: the job alone gets it and stops them (brisk.run.ranks._CtrlC)."""
+    rank in a session of its own: the job alone gets it and stops them (brisk.run.elastic._CtrlC)."""
     run_dir = project / "run"
     with background_train([*ARGS, *DDP, f"hydra.run.dir={run_dir}"], project) as proc:
         deadline = time.monotonic() + 60

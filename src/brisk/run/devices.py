@@ -1,5 +1,5 @@
 """How many devices and processes a job has on this node, read from the config its Trainer is built from, before
-any Trainer is: the batch split over ranks (brisk.run.checks) and the ranks brisk starts (brisk.run.ranks)
+any Trainer is: the batch split over ranks (brisk.run.checks) and the ranks brisk starts (brisk.run.elastic)
 count them the same way."""
 
 from __future__ import annotations

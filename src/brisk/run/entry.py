@@ -1,6 +1,6 @@
 """How a job's entry point is started again, and its run id, the same in each of its processes.
 
-A DDP job's ranks (brisk.run.ranks) each run the job's entry point again, with this job's own overrides and in its
+A DDP job's ranks (brisk.run.elastic) each run the job's entry point again, with this job's own overrides and in its
 run directory, in run mode: not `sys.argv`, which Lightning's own launcher re-runs and which under a Hydra sweep (`-m`)
 is the whole sweep, so that every rank would run the sweep again in its own directories (Lightning #11300, hydra
 #2070).
@@ -14,8 +14,6 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-
-from brisk.run import jobs
 
 
 def run_id() -> str:
@@ -34,12 +32,18 @@ def run_id() -> str:
     return f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{os.getpid()}"
 
 
+def proc_stat(pid: int) -> list:
+    """Fields 3.. of /proc/<pid>/stat (state, ppid, ...; numbers as ints). OSError once the process is gone."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return [int(f) if f.lstrip("-").isdigit() else f for f in fields]
+
+
 def _start_time(pid: int) -> float:
     """When process `pid` started (Linux /proc), in seconds since the epoch."""
     try:
         stat = Path("/proc/stat").read_text().splitlines()
         boot = next(float(line.split()[1]) for line in stat if line.startswith("btime"))
-        return boot + jobs.stat(pid)[19] / os.sysconf("SC_CLK_TCK")  # field 22 of stat: starttime in ticks
+        return boot + proc_stat(pid)[19] / os.sysconf("SC_CLK_TCK")  # field 22 of stat: starttime in ticks
     except (OSError, StopIteration, IndexError, ValueError):
         return time.time()
 
@@ -59,13 +63,15 @@ def started_as(program: list[str], task):
     """`task`, recording for the job's ranks how to start its entry point. The record travels with the
     function (in its closure) to whichever process runs the job."""
 
-    user = os.getpid(), jobs.stat(os.getpid())[19]  # the process the user started: its id and start time
+    user = os.getpid(), proc_stat(os.getpid())[19]  # the process the user started: its id and start time
 
     @functools.wraps(task)
     def job(*args, **kwargs):
         _record_entry(program)  # a call, not a `global` write: this function may be unpickled by value
         if os.getpid() == user[0]:
             return task(*args, **kwargs)
+        from brisk.run import jobs  # only in a launcher's worker: a run in the user's process needs none of it
+
         with jobs.in_worker(*user):  # joblib's loky, submitit: the job runs in a launcher's process
             return task(*args, **kwargs)
 

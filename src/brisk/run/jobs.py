@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from brisk.callbacks.sigterm_checkpoint import STOP_SIGNALS
+from brisk.run.entry import proc_stat
 
 log = logging.getLogger("brisk")
 
@@ -27,16 +28,10 @@ log = logging.getLogger("brisk")
 GRACE_SECONDS = 30
 
 
-def stat(pid: int) -> list:
-    """Fields 3.. of /proc/<pid>/stat (state, ppid, ...; numbers as ints). OSError once the process is gone."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return [int(f) if f.lstrip("-").isdigit() else f for f in fields]
-
-
 def same_process(pid: int, ticks: int) -> bool:
     """Whether `pid` still is the process that started at `ticks` and has not exited (a zombie has)."""
     try:
-        fields = stat(pid)
+        fields = proc_stat(pid)
     except (OSError, IndexError):
         return False
     return fields[19] == ticks and fields[0] not in ("Z", "X")
@@ -131,7 +126,7 @@ def _running_jobs() -> list[int]:
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             with contextlib.suppress(OSError, IndexError):
-                parents[int(proc.name)] = stat(int(proc.name))[1]
+                parents[int(proc.name)] = proc_stat(int(proc.name))[1]
     below, me = set(), os.getpid()
     for pid in parents:
         p = pid

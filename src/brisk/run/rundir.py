@@ -40,7 +40,7 @@ from omegaconf import DictConfig, OmegaConf, read_write
 
 from brisk.checkpoints import paths
 from brisk.errors import BriskError, refuse
-from brisk.run import entry, jobs, ranks
+from brisk.run import entry, ranks
 from brisk.utils.files import creatable, nearest_existing, write_text
 from brisk.utils.ranks import first_process
 
@@ -73,6 +73,8 @@ class RunDirCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         _checked(config.hydra.sweep, "hydra.sweep.dir")
         if not config.hydra.launcher.get("_target_", "").endswith(".BasicLauncher"):  # jobs run in other processes
+            from brisk.run import jobs  # a sweep in a launcher's processes: a single run needs none of it
+
             jobs.stop_jobs_on_signal()
 
 

@@ -9,7 +9,7 @@ so under DDP every rank stops together instead of waiting for the others in a co
 A DDP trial's ranks run in run mode, with no sweeper in their Hydra config: the job hands them its trial
 as data in `BRISK_TRIAL` (`Trial.env`), with the pruner as a class name of optuna.pruners, never a `_target_`.
 A pruned rank 0 writes the verdict to `<run>/ranks/pruned.txt` and the ranks end quietly; the job raises
-optuna.TrialPruned from it, so the search records the trial as it records any pruned one (brisk.run.ranks).
+optuna.TrialPruned from it, so the search records the trial as it records any pruned one (brisk.run.elastic).
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ class TrialReport(L.Callback):
         if prune:
             if self.trial is not None and self.trial.elastic:
                 # A rank runs in run mode, where Hydra would print TrialPruned as a crash on the console: the ranks
-                # end as done instead, and the job raises TrialPruned from PRUNED for the search (brisk.run.ranks).
+                # end as done instead, and the job raises TrialPruned from PRUNED for the search (brisk.run.elastic).
                 raise SystemExit(0)
             import optuna
 
