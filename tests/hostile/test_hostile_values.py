@@ -76,16 +76,16 @@ CASES = {
     "lr_min_lr_zero": ("train", [*LR, "tune.min_lr=0"], ("tune.min_lr=0", "> 0")),
     "lr_max_lr_zero": ("train", [*LR, "tune.max_lr=0"], ("tune.max_lr=0", "> 0")),
     "lr_min_above_max": ("train", [*LR, "tune.min_lr=0.5", "tune.max_lr=0.1"], ("tune.min_lr=0.5", "tune.max_lr")),
-    "lr_mode_unknown": ("train", [*LR, "+tune.mode=cubic"], ("tune.mode=cubic", "exponential or linear")),
-    "lr_early_stop_zero": ("train", [*LR, "+tune.early_stop_threshold=0"], ("tune.early_stop_threshold=0",)),
+    "lr_mode_unknown": ("train", [*LR, "tune.mode=cubic"], ("tune.mode=cubic", "exponential or linear")),
+    "lr_early_stop_zero": ("train", [*LR, "tune.early_stop_threshold=0"], ("tune.early_stop_threshold=0",)),
     "lr_unknown_key": ("train", [*LR, "+tune.num_trainng=50"], ("tune.num_trainng", "tune.num_training")),
     "lr_seed_negative": ("train", [*LR, "seed=-1"], ("seed=-1",)),
     # tune=batch_size
     "batch_init_val_zero": ("train", [*BATCH, "tune.init_val=0"], ("tune.init_val=0", ">= 1")),
     "batch_max_trials_zero": ("train", [*BATCH, "tune.max_trials=0"], ("tune.max_trials=0", ">= 1")),
     "batch_steps_per_trial_zero": ("train", [*BATCH, "tune.steps_per_trial=0"], ("tune.steps_per_trial=0",)),
-    "batch_max_val_zero": ("train", [*BATCH, "+tune.max_val=0"], ("tune.max_val=0", ">= 1")),
-    "batch_margin_one": ("train", [*BATCH, "+tune.margin=1.5"], ("tune.margin=1.5", "[0, 1)")),
+    "batch_max_val_zero": ("train", [*BATCH, "tune.max_val=0"], ("tune.max_val=0", ">= 1")),
+    "batch_margin_one": ("train", [*BATCH, "tune.margin=1.5"], ("tune.margin=1.5", "[0, 1)")),
     "batch_mode_unknown": ("train", [*BATCH, "tune.mode=triple"], ("tune.mode=triple", "power or binsearch")),
     # a resume from a torch file that is not a Lightning checkpoint
     "resume_a_state_dict": (

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torchvision
 from hydra.utils import get_object
+from lightning.pytorch.tuner import Tuner
 from omegaconf import OmegaConf
 
 from brisk import cli
@@ -23,6 +24,7 @@ from brisk.optim import schedules
 from brisk.registry import CALLBACKS, DATASETS, NETS, OPTIMIZERS, SCHEDULES
 from brisk.run.builder import build_datamodule, build_model
 from brisk.run.prepare import build_trainer
+from brisk.run.schemas import FINDER_SET_BY_BRISK
 from brisk.utils.config import plain
 from brisk.utils.explain import explain
 from helpers import TINY, compose_cfg
@@ -153,7 +155,6 @@ def test_exp_decay_is_the_keras_recipe():
 
 # YAML entries that copy a library's default so that `key=value` needs no `+`: (file, what it builds, the keys).
 LIBRARY_DEFAULTS = [
-    ("tune/lr.yaml", "lightning.pytorch.tuner.Tuner.lr_find", ("min_lr", "max_lr", "num_training")),
     ("model/simple_cnn.yaml", "simple_cnn", ("net.dropout", "net.width")),
     ("model/resnet18.yaml", "resnet18", ("net.dropout",)),
     ("model/airbench.yaml", "airbench", ("net.dropout",)),
@@ -221,6 +222,25 @@ def test_a_torch_optimizer_and_every_schedule_have_each_argument_with_its_defaul
     assert explain(error.value).key == f"{group}.{first}x" and f"did you mean {group}.{first}" in str(
         explain(error.value)
     )
+
+
+@pytest.mark.parametrize("option, method", [("lr", "lr_find"), ("batch_size", "scale_batch_size")])
+def test_a_finder_has_each_argument_of_its_tuner_method_with_lightnings_default(option, method, tmp_path):
+    """brisk.run.schemas: tune/<option>.yaml starts from Tuner.<method>'s signature, less what brisk passes, so each
+    argument is set without a `+` (tune.mode=linear) and its default is Lightning's; a wrong type is refused while
+    composing, naming the key."""
+    node = compose_cfg([f"tune={option}"], tmp_path).tune
+    own = set(OmegaConf.load(Path(CONFIG_PATH) / f"tune/{option}.yaml")) - {"defaults"}
+    parameters = inspect.signature(getattr(Tuner, method)).parameters
+    defaults = {k: p.default for k, p in parameters.items() if k in node and k not in own | {"method"}}
+    assert {k: node[k] for k in defaults} == defaults and len(defaults) >= 3, node
+    assert node.method == method and not (FINDER_SET_BY_BRISK - {"method"}) & set(node)
+    changed = compose_cfg([f"tune={option}", "tune.mode=linear"], tmp_path).tune
+    assert changed.mode == "linear"  # no `+`: a finder's own check refuses a mode it lacks (test_hostile_values)
+    number = next(k for k, v in defaults.items() if isinstance(v, int | float) and not isinstance(v, bool))
+    with pytest.raises(Exception) as error:
+        compose_cfg([f"tune={option}", f"tune.{number}=abc"], tmp_path)
+    assert explain(error.value).key == f"tune.{number}"
 
 
 @pytest.mark.parametrize("name", ["cifar10", "synthetic"])

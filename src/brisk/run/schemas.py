@@ -21,6 +21,10 @@ from typing import Any, Union
 from hydra.core.config_store import ConfigStore
 
 PRIMITIVES = (bool, int, float, str)
+# The arguments of Lightning's Tuner.lr_find and .scale_batch_size that brisk passes itself (brisk.run.tune): the
+# model, its data, the stage, where the value goes.
+FINDER_SET_BY_BRISK = {"self", "model", "datamodule", "method", "update_attr", "attr_name", "batch_arg_name"}
+FINDER_SET_BY_BRISK |= {"train_dataloaders", "val_dataloaders", "dataloaders"}
 
 
 def _field_type(hint: Any) -> Any:
@@ -43,8 +47,10 @@ def from_signature(name: str, *fns: Any, skip: tuple[str, ...] = (), extra: dict
     is left out, and keeps that default."""
     fields = [(key, Any, dataclasses.field(default_factory=lambda v=value: v)) for key, value in (extra or {}).items()]
     for fn in fns:
+        # the arguments' hints alone: a return hint may name what only a type checker imports (Tuner.lr_find's)
+        given = types.SimpleNamespace(__annotations__={k: v for k, v in fn.__annotations__.items() if k != "return"})
         try:
-            hints = typing.get_type_hints(fn)
+            hints = typing.get_type_hints(given, globalns=inspect.unwrap(fn).__globals__)
         except Exception:  # a hint that names what this process has not imported: the field is Any
             hints = {}
         for p in inspect.signature(fn).parameters.values():
@@ -105,6 +111,16 @@ def store() -> None:
     for name in (n for n, module in CALLBACKS.shipped.items() if module == "brisk.callbacks"):
         node = from_signature(f"Callback_{name}", CALLBACKS.get(name).__init__, extra={"type": name})
         store(name=f"{name}_callback_schema", node=node)
+    # one per finder of tune=lr|batch_size (conf/tune/), its `method` the Tuner's method: each of the finder's
+    # arguments works without a + (tune.mode=linear), at Lightning's default
+    from lightning.pytorch.tuner import Tuner
+
+    for method in ("lr_find", "scale_batch_size"):
+        skip, extra = tuple(FINDER_SET_BY_BRISK), {"method": method}  # the Tuner's own `method`: brisk's "fit"
+        store(
+            name=f"{method}_tune_schema",
+            node=from_signature(f"Tune_{method}", getattr(Tuner, method), skip=skip, extra=extra),
+        )
     _data(store)
 
 

@@ -28,6 +28,7 @@ from brisk.errors import BriskError, check
 from brisk.run import checks, devices
 from brisk.run.builder import build_datamodule, build_model
 from brisk.run.prepare import build_trainer
+from brisk.run.schemas import FINDER_SET_BY_BRISK
 from brisk.search import lr_curve
 from brisk.utils.files import published, write_text
 
@@ -35,9 +36,6 @@ log = logging.getLogger("brisk")
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
 # tune.method -> the finder callback whose modes Tuner takes (its own checks are an assert and a ValueError mid-run).
 FINDERS = {"lr_find": LearningRateFinder, "scale_batch_size": BatchSizeFinder}
-# The finders' arguments that brisk passes itself: the model, its data, the stage, where the value goes.
-SET_BY_BRISK = {"self", "model", "datamodule", "method", "update_attr", "attr_name", "batch_arg_name"}
-SET_BY_BRISK |= {"train_dataloaders", "val_dataloaders", "dataloaders"}
 
 
 def refuse_distributed(cfg: DictConfig) -> None:
@@ -65,7 +63,7 @@ def check_args(cfg: DictConfig) -> None:
     if method not in FINDERS:
         raise BriskError(f"tune.method={method} is unknown: use tune=lr or tune=batch_size.")
     params = inspect.signature(getattr(Tuner, method)).parameters
-    taken = set(params) - SET_BY_BRISK
+    taken = set(params) - FINDER_SET_BY_BRISK
     if unknown := sorted(set(cfg.tune) - taken - {"method"}):
         raise BriskError(
             f"tune.{unknown[0]} is not an argument of Lightning's Tuner.{method}. Drop it; the finder takes: "
