@@ -18,7 +18,8 @@ from brisk import compat
 from brisk.conf import CONFIG_PATH
 from brisk.errors import BriskError, refuse
 from brisk.registry import import_modules
-from brisk.run import entry, ranks, rundir
+from brisk.run import entry, rundir
+from brisk.utils import ranks
 from brisk.utils.quiet import quiet
 
 
@@ -45,7 +46,7 @@ def user_errors(task):
     def wrapper(cfg, *args, **kwargs):
         run, job = None, rundir.Job.of_hydra()  # what the task's steps need from Hydra, read once
         try:
-            ranks.guard()  # in a rank of a DDP job (brisk.run.ranks): it dies with the job
+            ranks.guard()  # in a rank of a DDP job (brisk.run.elastic): it dies with the job
             run = rundir.Run(job)
             import_modules(cfg.get("imports"))  # the user's own classes register before anything is built
             result = task(cfg, *args, run=run, **kwargs) if wants_run else task(cfg, *args, **kwargs)

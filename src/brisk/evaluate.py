@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from brisk.checkpoints import restore
 from brisk.cli import entry_point
-from brisk.run import checks, elastic, loggers, ranks, rundir
+from brisk.run import checks, devices, elastic, loggers, rundir
 from brisk.run import summary as run_summary
 from brisk.run.builder import build_datamodule
 from brisk.run.prepare import build_trainer
@@ -27,7 +27,8 @@ def evaluate(
     L.seed_everything(cfg.seed, workers=True)
     # What the run trained on (its .hydra/config.yaml), before the config checks see the data section.
     given, cfg = cfg, restore.with_run_config(cfg, ckpt, overrides)
-    if run is not None and (n := ranks.needed(cfg)) > 1:  # each rank runs this command; rank 0 writes eval.json
+    if run is not None and (n := devices.ranks_to_start(cfg)) > 1:
+        # each rank runs this command; rank 0 writes eval.json
         elastic.run(given, run, n)
         return run_files.load_json(run.dir / "eval.json")["metrics"]
     trainer = build_trainer(cfg)

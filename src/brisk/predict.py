@@ -26,7 +26,7 @@ from brisk.cli import entry_point
 from brisk.data.images import EXTENSIONS, Keys, check_max_pixels, list_images, loop_error, prepare_images
 from brisk.deploy.onnx import normalization
 from brisk.errors import BriskError, check
-from brisk.run import checks, elastic, ranks, rundir
+from brisk.run import checks, devices, elastic, rundir
 from brisk.run.builder import build_datamodule
 from brisk.run.prepare import build_trainer
 from brisk.utils.files import write_text
@@ -153,7 +153,8 @@ def predict(cfg: DictConfig, run: rundir.Run | None = None) -> Path:
     run_cfg, model, checkpoint = restore.load_run(cfg)
     data = build_datamodule(run_cfg)
     data.mean, data.std, _ = normalization(checkpoint, data)
-    if run is not None and (n := ranks.needed(run_cfg)) > 1:  # each rank runs this command; rank 0 merges the file
+    if run is not None and (n := devices.ranks_to_start(run_cfg)) > 1:
+        # each rank runs this command; rank 0 merges the file
         elastic.run(cfg, run, n)
         return run.dir / "predictions.csv"
     # a file it cannot read, or one over max_pixels, stops it here, named

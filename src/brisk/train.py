@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from brisk.callbacks.run_start import RunStart
 from brisk.checkpoints.paths import checkpoint_to_test
 from brisk.cli import entry_point
-from brisk.run import checks, loggers, precision, preflight, ranks, resume, rundir
+from brisk.run import checks, devices, loggers, precision, preflight, resume, rundir
 from brisk.run import summary as run_summary
 from brisk.run.builder import always_on, build_datamodule, build_model, check_validation_split, make_trainer
 from brisk.utils.ranks import first_process
@@ -38,7 +38,7 @@ def train(cfg: DictConfig, run: rundir.Run) -> float | None:
         preflight.folders(cfg)  # before anything is written
         preflight.room(cfg, model)  # one checkpoint of this model fits in each checkpoint folder
         datamodule.prepare_data()  # download, generate or cache (Lightning's contract: one process)
-    if (n := ranks.needed(cfg)) > 1:  # DDP: more than one process on this node
+    if (n := devices.ranks_to_start(cfg)) > 1:  # DDP: more than one process on this node
         from brisk.run import elastic  # the launcher: imported by the runs that start ranks only
 
         return elastic.run(cfg, run, n)  # TorchElastic starts n ranks that each run train(); this process trains none

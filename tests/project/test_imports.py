@@ -67,7 +67,6 @@ ALLOWED = [
     "brisk.run.entry",
     "brisk.run.loggers",
     "brisk.run.precision",
-    "brisk.run.ranks",
     "brisk.run.preflight",
     "brisk.run.resume",
     "brisk.run.rundir",

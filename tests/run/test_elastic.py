@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from background import background_train, checkpoint_step, wait_for_step
 from brisk.errors import BriskError
-from brisk.run import ranks
+from brisk.run import devices
 from brisk.search.report import Trial
 from helpers import TINY, compose_cfg, processes_of, read_summary, run_cli, run_dir_of
 
@@ -28,10 +28,11 @@ def test_ranks_of_several_nodes_are_left_to_torchrun_or_srun(tmp_path):
     """brisk starts the ranks of one node: several nodes of several devices each are refused before anything starts,
     naming trainer.num_nodes (docs/distributed.md: Multi-node); one device per node starts nothing."""
     with pytest.raises(BriskError) as refused:
-        ranks.needed(compose_cfg([*ELASTIC, "trainer.num_nodes=2"], tmp_path))
+        devices.ranks_to_start(compose_cfg([*ELASTIC, "trainer.num_nodes=2"], tmp_path))
     assert refused.value.key == "trainer.num_nodes" and "torchrun or srun" in str(refused.value)
-    assert ranks.needed(compose_cfg(["strategy=ddp", "trainer.devices=1", "trainer.num_nodes=2"], tmp_path)) == 1
-    assert ranks.needed(compose_cfg(ELASTIC, tmp_path)) == 2
+    one_each = ["strategy=ddp", "trainer.devices=1", "trainer.num_nodes=2"]
+    assert devices.ranks_to_start(compose_cfg(one_each, tmp_path)) == 1
+    assert devices.ranks_to_start(compose_cfg(ELASTIC, tmp_path)) == 2
 
 
 def _started(proc, run_dir: Path, timeout: float = 120) -> None:
@@ -148,7 +149,7 @@ def test_a_sweep_runs_each_job_on_its_own_ranks_in_its_own_run_directory(project
 @pytest.mark.parametrize("when", ["importing", pytest.param("ready", marks=pytest.mark.slow)])  # ready: ~20 s more
 def test_ctrl_c_before_training_exits_130_with_one_line_and_leaves_no_run_directory(when, project):
     # importing: the ranks are still importing torch, where a SIGINT would end rank 0 with a KeyboardInterrupt
-    # traceback on the console. ready: rank 0 is in brisk's task (ranks.guard) and says it stopped itself.
+    # traceback on the console. ready: rank 0 is in brisk's task (brisk.utils.ranks.guard) and says it stopped itself.
     run_dir = project / "run"
     with background_train([*TINY, *ELASTIC, "trainer.max_epochs=1", f"hydra.run.dir={run_dir}"], project) as proc:
         deadline = time.monotonic() + 60

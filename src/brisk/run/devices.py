@@ -98,3 +98,16 @@ def script_processes(trainer: DictConfig) -> int:
     if strategy in StrategyRegistry and StrategyRegistry[strategy]["init_params"].get("start_method") in FORKED:
         return 1
     return device_count(trainer)
+
+
+def ranks_to_start(cfg: DictConfig) -> int:
+    """The processes this job starts on this node (brisk.run.elastic): its devices where Lightning would start the
+    other ranks by running the script again, 1 where a launcher made them (torchrun, srun)."""
+    n = script_processes(cfg.trainer)
+    if n > 1 and num_nodes(cfg.trainer) > 1:
+        raise BriskError(
+            f"trainer.num_nodes={cfg.trainer.num_nodes}: brisk starts the ranks of one node. Start each node's ranks "
+            "with torchrun or srun (docs/distributed.md: Multi-node).",
+            "trainer.num_nodes",
+        )
+    return n

@@ -5,7 +5,7 @@ overrides again, in run mode, in the job's run directory (brisk.run.entry.rank_a
 TorchElasticEnvironment in the ranks and starts no more. Measured with torch 2.14.1 and lightning 2.6.6: a command
 entrypoint works under Hydra's basic, joblib and submitit_local launchers (a callable fails under joblib); the agent
 starts each rank in a session of its own, so after SIGKILL of the job a rank trains on unless it set PR_SET_PDEATHSIG
-itself (brisk.run.ranks.guard); a command returns nothing to the agent, so rank 0's result comes back in summary.json.
+itself (brisk.utils.ranks.guard); a command returns nothing to the agent, so rank 0's result comes back in summary.json.
 Rank 0's stdout is the console's (a terminal keeps its live progress bar; the run directory stays the last line), its
 stderr goes to a file that the agent copies to the console as it grows, so the job reads what rank 0 said before it says
 anything itself; the other ranks write to files only. The files: <run>/ranks/<id>/attempt_0/<rank>/. A trial of an
@@ -28,8 +28,8 @@ from omegaconf import DictConfig
 
 from brisk.errors import BriskError
 from brisk.run import entry
-from brisk.run.ranks import ENV, READY
 from brisk.utils import run_files
+from brisk.utils.ranks import ENV, READY
 
 if TYPE_CHECKING:
     from brisk.run.rundir import Run

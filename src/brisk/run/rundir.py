@@ -40,8 +40,9 @@ from omegaconf import DictConfig, OmegaConf, read_write
 
 from brisk.checkpoints import paths
 from brisk.errors import BriskError, refuse
-from brisk.run import entry, ranks
+from brisk.run import entry
 from brisk.utils.files import creatable, nearest_existing, write_text
+from brisk.utils.ranks import ENV as ELASTIC_RANK
 from brisk.utils.ranks import first_process
 
 RECORD = ".hydra"
@@ -187,7 +188,7 @@ class Run:
             _existed.pop(key) if key in _existed else (self.dir.parent, self.dir)[any(self.dir.iterdir())]
         )
         existed = self._made_below == self.dir
-        if ranks.ENV in os.environ:  # rank 0 of a DDP job: the job holds the lock (brisk.run.ranks)
+        if ELASTIC_RANK in os.environ:  # rank 0 of a DDP job: the job holds the lock (brisk.run.elastic)
             return
         self._lock = os.open(self.dir, os.O_RDONLY)
         try:

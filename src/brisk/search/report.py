@@ -27,13 +27,13 @@ from hydra.types import RunMode
 
 from brisk.errors import BriskError
 from brisk.registry import CALLBACKS
+from brisk.utils import ranks
 from brisk.utils.config import plain
 from brisk.utils.files import write_text
 
 log = logging.getLogger("brisk")
 SWEEPER = "hydra_plugins.brisk_optuna.sweeper.BriskOptunaSweeper"
 ENV = "BRISK_TRIAL"  # in an elastic rank's environment: the job's trial, as JSON (`Trial.env`)
-ELASTIC = "BRISK_ELASTIC"  # brisk.run.ranks.ENV, which this layer may not import: set in the ranks of a DDP job
 PRUNED = "ranks/pruned.txt"  # in the run directory: rank 0 was pruned; the text is the verdict, for the job to say
 
 
@@ -51,7 +51,7 @@ class Trial:
         if not HydraConfig.initialized():
             return None
         hc = HydraConfig.get()
-        if hc.mode == RunMode.RUN and ELASTIC in os.environ and ENV in os.environ:
+        if hc.mode == RunMode.RUN and ranks.ENV in os.environ and ENV in os.environ:
             return Trial.from_env(os.environ[ENV])
         if hc.mode != RunMode.MULTIRUN or hc.sweeper.get("_target_") != SWEEPER:
             return None
@@ -63,7 +63,7 @@ class Trial:
     @property
     def elastic(self) -> bool:
         """Run by the ranks of a DDP job, which end it through the job (`PRUNED`)."""
-        return ELASTIC in os.environ and ENV in os.environ
+        return ranks.ENV in os.environ and ENV in os.environ
 
     def env(self) -> str:
         """This trial as the job hands it to its elastic ranks: plain JSON. The pruner goes as a name: one of
