@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import EXACT_DDP, FINISHED, TINY, main_in_process, processes_of, run_cli, run_dir_of
+from helpers import EXACT_DDP, FINISHED, TINY, main_in_process, main_printing, processes_of, run_cli, run_dir_of
 
 
 @pytest.fixture(scope="session")
@@ -19,8 +19,10 @@ def brisk_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_trained(brisk_root):
-    """One TINY run of 4 epochs (~0.5 test accuracy; chance is 0.1), shared by the modules that only read it."""
-    proc = run_cli("train", [*TINY, "trainer.max_epochs=4"], brisk_root, timeout=600)
+    """One TINY run of 4 epochs (~0.5 test accuracy; chance is 0.1), shared by the modules that only read it:
+    (run directory, what brisk-train printed). In this process: nothing read here needs one of its own, and a start
+    costs ~7 s of importing on 2 cores."""
+    proc = main_printing("train", [*TINY, "trainer.max_epochs=4"], brisk_root)
     return run_dir_of(proc), proc
 
 

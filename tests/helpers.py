@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import io
 import json
 import logging
 import os
@@ -14,12 +15,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 from PIL import Image
 
 import brisk
-from brisk import train
 from brisk.cli import CONFIG_PATH, quote_group_options
 from brisk.data import ImageFolderDataModule
 
@@ -135,6 +136,7 @@ def main_in_process(module: str, overrides: list[str], root: Path) -> int:
     from hydra.core.global_hydra import GlobalHydra
 
     saved_argv, saved_handlers = sys.argv, logging.getLogger().handlers[:]
+    deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     multirun = [o for o in overrides if o == "-m"]  # Hydra's flag goes before the overrides
     sys.argv = [f"brisk-{module}", *multirun, f"paths.root_dir={root}", *(o for o in overrides if o != "-m")]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # a bug raises here instead of Hydra's exit 1
@@ -147,10 +149,22 @@ def main_in_process(module: str, overrides: list[str], root: Path) -> int:
         sys.argv = saved_argv
         del os.environ["HYDRA_FULL_ERROR"]
         GlobalHydra.instance().clear()
+        # trainer.deterministic=true turns it on for the process: the tests after this one run as they would
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
         for handler in logging.getLogger().handlers[:]:  # Hydra's file handler would take other tests' logs
             if handler not in saved_handlers:
                 logging.getLogger().removeHandler(handler)
                 handler.close()
+
+
+def main_printing(module: str, overrides: list[str], root: Path) -> subprocess.CompletedProcess:
+    """main_in_process, with what it prints to stdout kept (stderr goes where it went): for a fixture wider than a
+    test, where capsys is not available. Fails unless it exits 0."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main_in_process(module, overrides, root)
+    assert code == 0, f"brisk-{module} exited {code}:\n{out.getvalue()[-3000:]}"
+    return subprocess.CompletedProcess([f"brisk-{module}", *overrides], code, out.getvalue(), "")
 
 
 def bare_trainer(**kwargs):
@@ -260,14 +274,21 @@ def without_rights():
 
 def brisk_train(argv: list[str], root: Path, capsys, monkeypatch) -> subprocess.CompletedProcess:
     """brisk-train's console entry point, in this process: the exit status and what it printed."""
-    monkeypatch.setenv("BRISK_ROOT", str(root))
-    monkeypatch.chdir(root)
     if any(a.startswith("data=") for a in argv[len(BASE) :]):  # another dataset: drop BASE's synthetic keys
         argv = [a for a in argv[: len(BASE)] if not a.startswith("data")] + argv[len(BASE) :]
-    monkeypatch.setattr(sys, "argv", ["brisk-train", *argv])
+    return brisk_main("train", argv, root, capsys, monkeypatch)
+
+
+def brisk_main(module: str, argv: list[str], root: Path, capsys, monkeypatch) -> subprocess.CompletedProcess:
+    """brisk-<module>'s console entry point, in this process: the exit status and what it printed."""
+    import importlib
+
+    monkeypatch.setenv("BRISK_ROOT", str(root))
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(sys, "argv", [f"brisk-{module}", *argv])
     capsys.readouterr()
     try:
-        train.main()
+        importlib.import_module(f"brisk.{module}").main()
         code = 0
     except SystemExit as e:
         code = e.code

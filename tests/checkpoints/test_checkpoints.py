@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import TINY, assert_user_error, run_cli
+from helpers import TINY, assert_user_error, brisk_main
 
 # A child process that writes one large checkpoint with the named CheckpointIO.
 WRITER = """
@@ -113,16 +113,18 @@ DATA = [o for o in TINY if o.startswith("data")]
     ("module", "args"),
     [("train", [*TINY, "trainer.max_epochs=1", "callbacks.progress_bar=null"]), ("evaluate", [*DATA, "trainer=cpu"])],
 )
-def test_crafted_checkpoint_is_refused(module, args, crafted, brisk_root):
+@pytest.mark.usefixtures("restore_logging")
+def test_crafted_checkpoint_is_refused(module, args, crafted, brisk_root, capsys, monkeypatch):
     ckpt, marker = crafted
-    proc = run_cli(module, [*args, f"ckpt_path={ckpt}"], brisk_root, check=False)
+    proc = brisk_main(module, [*args, f"ckpt_path={ckpt}"], brisk_root, capsys, monkeypatch)
     assert_user_error(proc, str(ckpt), "refused to load", "io.open", "weights_only=True")
     assert not marker.exists(), "the checkpoint's payload ran"
 
 
-def test_truncated_checkpoint_is_a_clear_error(tmp_path, brisk_root):
+@pytest.mark.usefixtures("restore_logging")
+def test_truncated_checkpoint_is_a_clear_error(tmp_path, brisk_root, capsys, monkeypatch):
     ckpt = tmp_path / "last.ckpt"
     torch.save({"w": torch.ones(100_000)}, ckpt)
     ckpt.write_bytes(ckpt.read_bytes()[:50_000])
-    proc = run_cli("evaluate", [*DATA, "trainer=cpu", f"ckpt_path={ckpt}"], brisk_root, check=False)
+    proc = brisk_main("evaluate", [*DATA, "trainer=cpu", f"ckpt_path={ckpt}"], brisk_root, capsys, monkeypatch)
     assert_user_error(proc, str(ckpt), "truncated, corrupt")

@@ -27,11 +27,7 @@ def final_weights(root: Path, args: list[str]) -> tuple[dict[str, torch.Tensor],
     """brisk-train of EXACT in this process: what is compared is arithmetic, and a process of its own costs ~7 s of
     importing on 2 cores. The DDP run's ranks are processes: conftest's ddp_run."""
     run_dir = Path(tempfile.mkdtemp(prefix="equivalence-", dir=root)) / "run"
-    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    try:
-        assert main_in_process("train", [*EXACT, *args, f"hydra.run.dir={run_dir}"], root) == 0
-    finally:  # trainer.deterministic=true turns it on for the process: the tests after this one run as they would
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    assert main_in_process("train", [*EXACT, *args, f"hydra.run.dir={run_dir}"], root) == 0
     return weights(run_dir)
 
 

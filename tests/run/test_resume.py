@@ -8,6 +8,7 @@ the loader position, these runs differ.
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import signal
 import stat
@@ -19,7 +20,7 @@ import torch
 
 from background import background_train, checkpoint_step, stop, wait_for_step
 from brisk.data.loader import TensorBatchLoader
-from helpers import SLURM_ENV, TINY, read_summary, run_cli
+from helpers import SLURM_ENV, TINY, main_in_process, read_summary, run_cli
 
 # Smaller than TINY, to keep 2 cores' time down: 8 steps per epoch (1200 - 400 images, batches of 100).
 ARGS = [
@@ -36,11 +37,17 @@ STEP_CHECKPOINTS = "callbacks.last_checkpoint.every_n_train_steps=4"
 TIMING = {"train/images_per_sec"}  # the only metric allowed to differ
 
 
+def train_here(root: Path, args: list[str]) -> None:
+    """brisk-train in this process, for the runs nobody signals (the reference, the resumes): what is compared is
+    arithmetic, and a process of its own costs ~7 s of importing on 2 cores. The stopped runs stay processes."""
+    assert main_in_process("train", args, root) == 0
+
+
 @pytest.fixture(scope="module")
 def reference(brisk_root) -> Path:
     """The run left alone."""
     run_dir = brisk_root / "resume-reference"
-    run_cli("train", [*ARGS, f"hydra.run.dir={run_dir}"], brisk_root)
+    train_here(brisk_root, [*ARGS, f"hydra.run.dir={run_dir}"])
     return run_dir
 
 
@@ -90,8 +97,9 @@ def test_loader_state_resumes_the_epoch_where_it_stopped():
     assert len([y for _, y in other]) == len(whole)
 
 
-def interrupt_and_resume(root: Path, run_dir: Path, extra: list[str], min_step: int, sig: int, env=None):
-    """Start a run, stop it with `sig` once last.ckpt reaches `min_step`, resume it with ckpt_path=last.
+def interrupt_and_resume(root: Path, run_dir: Path, extra: list[str], min_step: int, sig: int, caplog=None, env=None):
+    """Start a run, stop it with `sig` once last.ckpt reaches `min_step`, resume it with ckpt_path=last: in this
+    process given `caplog` (train_here), else as a process of its own (a DDP job's ranks are processes).
 
     Returns the exit status and stderr of the stopped run and the step it resumed from."""
     args = [*ARGS, *extra, f"hydra.run.dir={run_dir}"]
@@ -102,34 +110,42 @@ def interrupt_and_resume(root: Path, run_dir: Path, extra: list[str], min_step: 
     assert not (run_dir / "summary.json").exists(), "the run finished before it was stopped"
     assert not list(run_dir.glob("checkpoints/.*.tmp*")), "a temporary checkpoint was left behind"
     resumed_from = checkpoint_step(last)
-    proc = run_cli("train", [*args, "ckpt_path=last"], root, env=env)
-    assert f"Restoring states from the checkpoint path at {last}" in proc.stdout + proc.stderr
+    if caplog is not None:  # in this process, Lightning's line is read as the log record it is
+        with caplog.at_level(logging.INFO, logger="lightning.pytorch"):
+            train_here(root, [*args, "ckpt_path=last"])
+        said = caplog.text
+    else:
+        proc = run_cli("train", [*args, "ckpt_path=last"], root, env=env)
+        said = proc.stdout + proc.stderr
+    assert f"Restoring states from the checkpoint path at {last}" in said
     return rc, err, resumed_from
 
 
-def test_sigkill_resumes_from_the_epoch_checkpoint(reference, brisk_root, tmp_path):
+def test_sigkill_resumes_from_the_epoch_checkpoint(reference, brisk_root, tmp_path, caplog):
     # last.ckpt holds the end of epoch 1; the kill lands in epoch 2, which is trained again.
-    rc, _, step = interrupt_and_resume(brisk_root, tmp_path / "run", [], 2 * STEPS_PER_EPOCH, signal.SIGKILL)
+    rc, _, step = interrupt_and_resume(brisk_root, tmp_path / "run", [], 2 * STEPS_PER_EPOCH, signal.SIGKILL, caplog)
     assert rc == -signal.SIGKILL
     assert step == 2 * STEPS_PER_EPOCH
     assert_same_run(tmp_path / "run", reference)
 
 
-def test_sigkill_resumes_mid_epoch_from_a_step_checkpoint(reference, brisk_root, tmp_path):
+def test_sigkill_resumes_mid_epoch_from_a_step_checkpoint(reference, brisk_root, tmp_path, caplog):
     # The last checkpoint is a mid-epoch one: the resumed epoch must skip exactly the batches already trained.
     run_dir = tmp_path / "run"
-    rc, _, step = interrupt_and_resume(brisk_root, run_dir, [STEP_CHECKPOINTS], STEPS_PER_EPOCH + 1, signal.SIGKILL)
+    stop_at = STEPS_PER_EPOCH + 1
+    rc, _, step = interrupt_and_resume(brisk_root, run_dir, [STEP_CHECKPOINTS], stop_at, signal.SIGKILL, caplog)
     assert rc == -signal.SIGKILL
     assert step % STEPS_PER_EPOCH != 0 and step % 4 == 0, step
     assert_same_run(run_dir, reference)
 
 
 @pytest.mark.slow  # suite budget; the default suite covers the same path more cheaply
-def test_sigterm_saves_exits_non_zero_and_resumes(reference, brisk_root, tmp_path):
+def test_sigterm_saves_exits_non_zero_and_resumes(reference, brisk_root, tmp_path, caplog):
     # Sent right after the step-12 checkpoint, SIGTERM lands mid-epoch 1, 3 steps before its validation.
     # (SIGTERM during validation writes nothing, by design: the last checkpoint stays the resume point.)
     run_dir = tmp_path / "run"
-    rc, err, step = interrupt_and_resume(brisk_root, run_dir, [STEP_CHECKPOINTS], STEPS_PER_EPOCH + 4, signal.SIGTERM)
+    stop_at = STEPS_PER_EPOCH + 4
+    rc, err, step = interrupt_and_resume(brisk_root, run_dir, [STEP_CHECKPOINTS], stop_at, signal.SIGTERM, caplog)
     assert rc == 128 + signal.SIGTERM
     assert step >= STEPS_PER_EPOCH + 4 and step % STEPS_PER_EPOCH != 0, step
     assert f"brisk: interrupted by SIGTERM at global step {step} " in err
@@ -156,7 +172,7 @@ def test_sigterm_at_the_edges_of_an_epoch(hook, epoch, writes, reference, brisk_
     assert checkpoint_step(run_dir / "checkpoints" / "last.ckpt") == STEPS_PER_EPOCH
     line = next(line for line in proc.stderr.splitlines() if line.startswith("brisk: interrupted by SIGTERM"))
     assert ("no checkpoint written" not in line) == writes
-    run_cli("train", [*args, "+callbacks.sigterm.epoch=-1", "ckpt_path=last"], brisk_root, env=env)  # left alone
+    train_here(brisk_root, [*args, "+callbacks.sigterm.epoch=-1", "ckpt_path=last"])  # left alone
     assert_same_run(run_dir, reference)
 
 

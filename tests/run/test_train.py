@@ -1,4 +1,5 @@
-"""brisk-train and brisk-eval end to end, as subprocesses, on generated data."""
+"""brisk-train and brisk-eval end to end on generated data, through their entry points (in this process where no
+process of their own is the point)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 import brisk
 from brisk.callbacks.startup_clock import process_age
 from brisk.models.nets import SimpleCNN
-from helpers import TINY, read_summary, run_cli, run_dir_of
+from helpers import TINY, main_in_process, read_summary, run_cli, run_dir_of
 
 SUMMARY_FIELDS = {
     "metrics",
@@ -103,12 +104,14 @@ def test_checkpoint_hparams_are_plain_and_load_safely(trained):
     assert ckpt["hyper_parameters"]["net"]["type"] == "simple_cnn"  # a name: no checkpoint names code
 
 
-def test_eval_reproduces_test_accuracy(trained, brisk_root):
+def test_eval_reproduces_test_accuracy(trained, brisk_root, tmp_path):
+    # brisk-eval in this process, through its Hydra entry point: a process of its own costs ~7 s of importing
     run_dir, _ = trained
     s = read_summary(run_dir)
-    data = [o for o in TINY if o.startswith("data")]
-    proc = run_cli("evaluate", [*data, f"ckpt_path={s['ckpt_path']}", "trainer.accelerator=cpu"], brisk_root)
-    eval_json = read_summary.__globals__["json"].loads((run_dir_of(proc) / "eval.json").read_text())
+    data, eval_dir = [o for o in TINY if o.startswith("data")], tmp_path / "eval"
+    args = [*data, f"ckpt_path={s['ckpt_path']}", "trainer.accelerator=cpu", f"hydra.run.dir={eval_dir}"]
+    assert main_in_process("evaluate", args, brisk_root) == 0
+    eval_json = read_summary.__globals__["json"].loads((eval_dir / "eval.json").read_text())
     assert eval_json["metrics"]["test/acc"] == pytest.approx(s["metrics"]["test/acc"], abs=1e-6)
     assert eval_json["metrics"]["test/top5_acc"] == pytest.approx(s["metrics"]["test/top5_acc"], abs=1e-6)
     assert eval_json["test_confusion_matrix"] == s["test_confusion_matrix"]
