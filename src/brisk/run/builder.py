@@ -13,15 +13,7 @@ from lightning.pytorch.callbacks import EarlyStopping, StochasticWeightAveraging
 from omegaconf import DictConfig, OmegaConf
 
 from brisk import fastloop
-from brisk.callbacks import (
-    DivergenceGuard,
-    ModelSummary,
-    RankSeed,
-    ResumeState,
-    SigtermCheckpoint,
-    SpeedMeter,
-    StartupClock,
-)
+from brisk.callbacks import ModelSummary
 from brisk.checkpoints.io import SafeCheckpointIO
 from brisk.errors import BriskError, check
 from brisk.models.build import build_datamodule, build_model
@@ -170,6 +162,9 @@ def always_on(target_acc: float | None = None) -> list[L.Callback]:
     """Whatever the callbacks group says: the measurements in summary.json (find them in trainer.callbacks),
     exact resume, each rank's own augmentation draws, NaN stop, checkpoint on SIGTERM; with `target_acc`, the
     time-to-accuracy clock. They are PROMISES' names, listed in conf/train.yaml (checks.validate reads it)."""
+    # Imported by the commands that fit or test (not brisk-export, which builds only the data and the model)
+    from brisk.callbacks import DivergenceGuard, RankSeed, ResumeState, SigtermCheckpoint, SpeedMeter, StartupClock
+
     clock = []
     if target_acc is not None:  # its module is loaded only by the runs that race a target
         from brisk.callbacks.time_to_accuracy import TimeToAccuracy
