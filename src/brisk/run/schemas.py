@@ -90,38 +90,34 @@ def store() -> None:
     # argument works without a +. Less the parameters, which the classifier passes, and weight_decay, which its
     # parameter groups set (model.weight_decay). brisk's own optimizers (muon, sgd_per_1024) have none: their modules
     # would then be imported into every command.
-    from brisk.registry import CALLBACKS, OPTIMIZERS, SCHEDULES
-
-    for name in (n for n, module in OPTIMIZERS.shipped.items() if module == "brisk.optim"):
-        node = from_signature(
-            f"Optimizer_{name}", OPTIMIZERS.get(name).__init__, skip=("params", "weight_decay"), extra={"type": name}
-        )
-        store(name=f"{name}_optimizer_schema", node=node)
-    # one per shipped schedule, with its `type` and `interval` (how often Lightning steps it); less the optimizer
-    # and the run's total_steps, which brisk passes (brisk.optim.schedules.build). Their module is every run's.
-    for name in SCHEDULES.shipped:
-        make, extra = SCHEDULES.get(name), {"type": name, "interval": "step"}
-        fn = make.__init__ if isinstance(make, type) else make  # a class's hints are its __init__'s
-        node = from_signature(f"Schedule_{name}", fn, skip=("optimizer", "total_steps"), extra=extra)
-        store(name=f"{name}_scheduler_schema", node=node)
-    # one per Lightning callback a config picks by name, each with its `type`: a lever's file starts from its schema
-    # (conf/callbacks/ema.yaml). Only those registered in brisk.callbacks itself: a schema of brisk's own callbacks
-    # would import every one of them (pruning, the plots, the search's) into every command.
-
-    for name in (n for n, module in CALLBACKS.shipped.items() if module == "brisk.callbacks"):
-        node = from_signature(f"Callback_{name}", CALLBACKS.get(name).__init__, extra={"type": name})
-        store(name=f"{name}_callback_schema", node=node)
-    # one per finder of tune=lr|batch_size (conf/tune/), its `method` the Tuner's method: each of the finder's
-    # arguments works without a + (tune.mode=linear), at Lightning's default
     from lightning.pytorch.tuner import Tuner
 
-    for method in ("lr_find", "scale_batch_size"):
-        skip, extra = tuple(FINDER_SET_BY_BRISK), {"method": method}  # the Tuner's own `method`: brisk's "fit"
-        store(
-            name=f"{method}_tune_schema",
-            node=from_signature(f"Tune_{method}", getattr(Tuner, method), skip=skip, extra=extra),
-        )
+    from brisk.registry import CALLBACKS, OPTIMIZERS, SCHEDULES
+
+    optimizers = {n: OPTIMIZERS.get(n) for n, module in OPTIMIZERS.shipped.items() if module == "brisk.optim"}
+    _each(store, "optimizer", optimizers, skip=("params", "weight_decay"))
+    # one per shipped schedule, with its `interval` (how often Lightning steps it); less the optimizer and the run's
+    # total_steps, which brisk passes (brisk.optim.schedules.build). Their module is every run's.
+    schedules = {n: SCHEDULES.get(n) for n in SCHEDULES.shipped}
+    _each(store, "scheduler", schedules, skip=("optimizer", "total_steps"), extra={"interval": "step"})
+    # one per Lightning callback a config picks by name: a lever's file starts from its schema (callbacks/ema.yaml).
+    # Only those registered in brisk.callbacks itself: a schema of brisk's own callbacks would import every one of
+    # them (pruning, the plots, the search's) into every command.
+    callbacks = {n: CALLBACKS.get(n) for n, module in CALLBACKS.shipped.items() if module == "brisk.callbacks"}
+    _each(store, "callback", callbacks)
+    # one per finder of tune=lr|batch_size (conf/tune/), named by its `method`, the Tuner's method (whose own `method`
+    # is brisk's "fit"): each argument works without a + (tune.mode=linear), at Lightning's default
+    finders = {m: getattr(Tuner, m) for m in ("lr_find", "scale_batch_size")}
+    _each(store, "tune", finders, skip=tuple(FINDER_SET_BY_BRISK), key="method")
     _data(store)
+
+
+def _each(store, kind: str, entries: dict[str, Any], skip=(), extra=None, key: str = "type") -> None:
+    """A schema per entry, stored as <name>_<kind>_schema, with `key` (what a config picks it by) set to its name."""
+    for name, entry in entries.items():
+        fn = entry.__init__ if isinstance(entry, type) else entry  # a class's hints are its __init__'s
+        node = from_signature(f"{kind.capitalize()}_{name}", fn, skip=skip, extra={key: name, **(extra or {})})
+        store(name=f"{name}_{kind}_schema", node=node)
 
 
 def _data(store) -> None:
