@@ -14,7 +14,7 @@ from brisk.errors import BriskError
 from brisk.run import checks, precision
 from brisk.run.builder import build_datamodule
 from brisk.run.prepare import build_trainer
-from helpers import TINY, assert_user_error, compose_cfg, run_cli
+from helpers import TINY, assert_user_error, brisk_main, compose_cfg, run_cli
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -105,9 +105,11 @@ def test_stops_before_data_or_processes(tmp_path, brisk_root):
     assert not (tmp_path / "run").exists()  # refused: no run directory, so no rank-1 log either
 
 
-def test_eval_missing_checkpoint(brisk_root):
+# In this process: a refusal before anything runs needs no interpreter of its own (8.6 s as a subprocess, 0.6 s here).
+@pytest.mark.usefixtures("restore_logging")
+def test_eval_missing_checkpoint(brisk_root, capsys, monkeypatch):
     args = ["data=synthetic", "trainer=cpu", "ckpt_path=/nonexistent.ckpt"]
-    proc = run_cli("evaluate", args, brisk_root, check=False)
+    proc = brisk_main("evaluate", args, brisk_root, capsys, monkeypatch)
     assert_user_error(proc, "ckpt_path=/nonexistent.ckpt: no such file")
 
 

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from brisk.errors import BriskError
 from brisk.search import space
 from brisk.search import storage as storages
-from helpers import TINY, run_cli
+from helpers import TINY, brisk_main, run_cli
 
 SEARCH = ["-m", "hparams_search=optuna", *TINY, "callbacks.progress_bar=null", "hydra.sweeper.params=null"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -41,7 +41,8 @@ def sweep_dir_of(proc) -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def test_killed_search_resumes_without_rerunning_finished_trials(project):
+@pytest.mark.usefixtures("restore_logging")
+def test_killed_search_resumes_without_rerunning_finished_trials(project, capsys, monkeypatch):
     url = f"sqlite:///{project / 'optuna.db'}"
     args = [
         *SEARCH,
@@ -84,7 +85,10 @@ def test_killed_search_resumes_without_rerunning_finished_trials(project):
     assert len(running) == 1, f"the kill did not land inside a trial: {[t.state for t in before]}"
     done = {t.number: t.value for t in before if t.state == TrialState.COMPLETE}
 
-    proc = run_cli("train", args, project)  # the same command
+    # The same command, resumed in this process: only the killed search needs a process of its own, and the resume
+    # judges the killed one's trials by its pid, which is not this one (the test: 56.6 s -> 45.6 s alone).
+    proc = brisk_main("train", args, project, capsys, monkeypatch)
+    assert proc.returncode == 0, proc.stderr[-5000:]
     after = load(url).get_trials()
     assert {t.number: t.value for t in after if t.number in done} == done, "finished trials changed"
     assert after[running[0].number].state == TrialState.FAIL
@@ -115,9 +119,11 @@ def test_killed_search_resumes_without_rerunning_finished_trials(project):
     assert is_png(sweep / "optimization_plot.png") and is_png(sweep / "sweep_plot.png")
 
 
-def test_pruned_and_failed_trials_do_not_stop_the_search(project):
+# In this process: the sweeper launches its trials in the process that runs it anyway (20.8 s -> 15.0 s alone).
+@pytest.mark.usefixtures("restore_logging")
+def test_pruned_and_failed_trials_do_not_stop_the_search(project, capsys, monkeypatch):
     # A grid over two learning rates: -1 fails the config check, 0.05 is pruned by a threshold no accuracy reaches.
-    proc = run_cli(
+    proc = brisk_main(
         "train",
         [
             *SEARCH,
@@ -129,7 +135,10 @@ def test_pruned_and_failed_trials_do_not_stop_the_search(project):
             "hydra.sweeper.pruner={_target_:optuna.pruners.ThresholdPruner,lower:2.0}",
         ],
         project,
+        capsys,
+        monkeypatch,
     )
+    assert proc.returncode == 0, proc.stderr[-5000:]
     sweep = sweep_dir_of(proc)
     trials = {t.params["optimizer.lr"]: t for t in load(f"sqlite:///{sweep / 'optuna.db'}").get_trials()}
     assert trials[-1.0].state == TrialState.FAIL
