@@ -117,6 +117,28 @@ CASES = {
         _with_study("hydra.sweeper.direction=max", needles=("hydra.sweeper.direction=max", "=maximize")),
         False,
     ),
+    # A pruner given by its `_target_` is built by Hydra (InstantiationException), which names the key only in its text
+    "pruner argument misspelt": (
+        _with_study(
+            "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trialz:3}",
+            needles=("hydra.sweeper.pruner.n_startup_trialz:", "did you mean hydra.sweeper.pruner.n_startup_trials?"),
+        ),
+        False,
+    ),
+    "pruner class unknown": (
+        _with_study(
+            "hydra.sweeper.pruner={_target_:optuna.pruners.Nope}",
+            needles=("hydra.sweeper.pruner._target_=optuna.pruners.Nope", "nothing can be imported"),
+        ),
+        False,
+    ),
+    "pruner value refused": (
+        _with_study(
+            "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trials:-3}",
+            needles=("hydra.sweeper.pruner:", "MedianPruner refused its settings", "n_startup_trials=-3"),
+        ),
+        False,
+    ),
     "direction of the stored study": (
         _with_study(
             "hydra.sweeper.direction=minimize",
