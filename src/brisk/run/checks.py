@@ -42,6 +42,7 @@ VALUES = {
 
 def validate(cfg: DictConfig) -> None:
     """Raise BriskError for the first bad value in a composed train or eval config."""
+    complete(cfg)
     values(cfg)
     if "always_on" in cfg:  # conf/train.yaml's list; eval's config has none
         check_always_on(cfg.always_on)
@@ -55,6 +56,12 @@ def validate(cfg: DictConfig) -> None:
     world = devices.device_count(trainer) * devices.num_nodes(trainer)
     batch_split(cfg.data, world)
     checkpoint_exists(cfg.get("ckpt_path"))
+
+
+def complete(cfg: DictConfig) -> None:
+    """No key left at ??? (`data.batch_size=???` on the command line): OmegaConf's MissingMandatoryValue names it,
+    and brisk.cli says it in one line. A reader that takes the config's plain values would get the text '???'."""
+    OmegaConf.to_container(cfg, throw_on_missing=True)
 
 
 def types(cfg: DictConfig) -> None:

@@ -58,6 +58,7 @@ def refuse_distributed(cfg: DictConfig) -> None:
 def check_args(cfg: DictConfig) -> None:
     """The finder's arguments, before anything is built: Lightning takes a 0 or an unknown mode and fails mid-search
     (ZeroDivisionError, an assert), or with a TypeError for a key it does not take."""
+    checks.complete(cfg)
     checks.values(cfg)  # brisk-train's seed and trainer.*: seed_everything raises on a seed out of range
     method = cfg.tune.get("method")
     if method not in FINDERS:

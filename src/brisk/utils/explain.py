@@ -221,7 +221,7 @@ def _config_value(cause: OmegaConfBaseException) -> BriskError:
     key = cause.full_key or "the config"
     text = first_line(cause)
     if isinstance(cause, MissingMandatoryValue):
-        return BriskError(f"{key} has no value (??? in the config). Give it one: {key}=<value>.")
+        return BriskError(f"{key}: no value (??? in the config). Give it one: {key}=<value>.", key)
     if isinstance(cause, InterpolationResolutionError):
         text = re.sub(r"^\w+ raised while resolving interpolation: ", "", text).strip("\"'")
         return BriskError(
@@ -229,7 +229,7 @@ def _config_value(cause: OmegaConfBaseException) -> BriskError:
         )
     if isinstance(cause, ConfigKeyError | ConfigAttributeError):
         return BriskError(
-            f"{key} is not in the config, and brisk needs it. Leave out ~{key}, or give it: +{key}=<value>."
+            f"{key}: not in the config, and brisk needs it. Leave out ~{key}, or give it: +{key}=<value>."
         )
     return BriskError(f"{key}: {text}.")
 
