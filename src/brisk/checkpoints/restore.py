@@ -189,7 +189,8 @@ def with_run_config(cfg: DictConfig, ckpt_path: str | Path, overrides: Iterable[
         for override in overrides:  # the command line wins, with the value it composed to (a ~key is dropped above)
             key = _override_key(override)
             if key.split(".")[0] in sections and not override.startswith("~"):
-                OmegaConf.update(merged, key, OmegaConf.select(cfg, key), merge=False, force_add=True)
+                given = OmegaConf.select(cfg, key, throw_on_missing=True)  # key=??? is refused, naming the key
+                OmegaConf.update(merged, key, given, merge=False, force_add=True)
     return merged
 
 
