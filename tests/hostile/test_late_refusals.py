@@ -68,6 +68,10 @@ CASES = {
     "early_stopping_without_a_validation_split": _args(
         "callbacks=early_stopping", "data.val_size=0", needles=("callbacks.early_stopping", "data.val_size=0")
     ),
+    # Lightning's LearningRateMonitor refuses a run without a logger as the fit starts (a traceback, before)
+    "lr_monitor_without_a_logger": _args(
+        "logger.csv=null", needles=("callbacks.lr_monitor:", "callbacks.lr_monitor=null")
+    ),
     "lookahead_decay_nan": _args("callbacks=lookahead", "+callbacks.lookahead.decay=nan", needles=("decay=nan",)),
     "warmup_start_nan": _args("scheduler=warmup_linear", "+scheduler.start=nan", needles=("scheduler.start=nan",)),
     "warmup_longer_than_the_run": _args("scheduler=warmup_linear", "scheduler.warmup=5", needles=("scheduler.warmup",)),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 import lightning as L
-from lightning.pytorch.callbacks import EarlyStopping, StochasticWeightAveraging
+from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, StochasticWeightAveraging
 from omegaconf import DictConfig, OmegaConf
 
 from brisk import fastloop
@@ -41,6 +41,7 @@ def make_trainer(cfg: DictConfig, extra_callbacks: list[L.Callback] = ()) -> L.T
     fast = cfg.get("fast_loop", True)  # brisk.fastloop's per-step cuts; false: plain Lightning
     check_early_stopping(cfg)
     check_swa(cfg)
+    check_lr_monitor(cfg)
     configured = _build_all(CALLBACKS, cfg.get("callbacks"), "callbacks")
     callbacks = [*(c for c, _ in configured), *extra_callbacks]
     if cfg.trainer.get("enable_model_summary") is not False:  # Lightning's, with the FLOPs of one image counted
@@ -110,6 +111,18 @@ def check_swa(cfg: DictConfig) -> None:
                 f"so SWA would never average. Start it at an epoch up to {max_epochs}, or give a share of the "
                 f"epochs ({key}.swa_epoch_start=0.8).",
                 f"{key}.swa_epoch_start",
+            )
+
+
+def check_lr_monitor(cfg: DictConfig) -> None:
+    """Lightning's LearningRateMonitor writes to the run's loggers, and refuses a run with none only as the fit
+    starts (a MisconfigurationException traceback): refused here, naming it."""
+    if not any(spec is not None for spec in (cfg.get("logger") or {}).values()):
+        for key, _ in _callbacks_of(cfg, LearningRateMonitor):
+            raise BriskError(
+                f"{key}: the learning-rate monitor writes to a logger, and every logger.* is null. Keep one "
+                f"(logger=csv), or leave the monitor out ({key}=null).",
+                key,
             )
 
 
