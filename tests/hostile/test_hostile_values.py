@@ -55,6 +55,11 @@ CASES = {
     # brisk-eval
     "eval_seed_negative": ("evaluate", [*EXPORT, "seed=-1"], ("seed=-1", "0..2**32-1")),
     # the run's own value would be dropped for the command line's, which was none: a TypeError in the test loader
+    "eval_tests_nothing": (
+        "evaluate",
+        [*EXPORT, "trainer.limit_test_batches=0"],
+        ("trainer.limit_test_batches=0", "> 0"),
+    ),
     "eval_batch_no_value": ("evaluate", [*EXPORT, "data.batch_size=???"], ("data.batch_size: no value",)),
     # brisk-export
     "export_calibration_zero": (

@@ -41,6 +41,7 @@ CASES = {
     "optimizer_decay_belongs_to_the_model": (["+optimizer.weight_decay=0.1"], "optimizer.weight_decay"),
     "warmup_share_of_the_whole_run": (["scheduler=onecycle", "scheduler.pct_start=1.0"], "scheduler.pct_start"),
     "range_without_a_search": (["-m", "optimizer.lr=interval(0.01,0.1)"], "optimizer.lr"),
+    "tests_nothing": (["trainer.limit_test_batches=0"], "trainer.limit_test_batches"),
     "no_value": (["data.batch_size=???"], "data.batch_size"),  # before: a TypeError in the data's setup
     "no_value_for_a_finder": (["tune=batch_size", "data.batch_size=???"], "data.batch_size"),
     "a_key_every_run_reads_removed": (["~seed"], "seed"),

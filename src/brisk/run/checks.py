@@ -37,6 +37,8 @@ VALUES = {
     "trainer.gradient_clip_val": (NUM, lambda v: v >= 0, ">= 0", (None,)),
     "trainer.limit_train_batches": (NUM, lambda v: v > 0, "> 0", (None,)),  # 0 batches would train nothing
     "trainer.limit_val_batches": (NUM, lambda v: v >= 0, ">= 0", (None,)),
+    # 0 would test nothing: brisk-eval's eval.json and summary.json's test metrics empty, and exit 0
+    "trainer.limit_test_batches": (NUM, lambda v: v > 0, "> 0", (None,)),
 }
 
 
