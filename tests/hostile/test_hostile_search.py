@@ -73,13 +73,13 @@ def _folder_name_too_long(base: Path):
 
 
 def _with_study(*overrides: str, needles: tuple[str, ...]):
-    """A bad setting, with a real storage given, which must stay as it was."""
+    """A bad setting, with a real storage given, which must stay as it was: a case run by this process's user."""
 
     def make(base: Path):
         db = _study_file(base / "optuna.db")
         return [f"hydra.sweeper.storage=sqlite:///{db}", *overrides], needles
 
-    return make
+    return make, False
 
 
 CASES = {
@@ -88,63 +88,40 @@ CASES = {
     "read-only sqlite folder": (_readonly_folder, True),
     "mysql without its driver": (_mysql_without_driver, False),
     "sqlite folder name too long": (_folder_name_too_long, False),
-    "bad interval": (
-        _with_study(
-            "hydra.sweeper.params={optimizer.lr:'interval(0.5,0.005)'}",
-            needles=("hydra.sweeper.params.optimizer.lr=interval(0.5, 0.005)", "e.g. interval(0.005, 0.5)"),
-        ),
-        False,
+    "bad interval": _with_study(
+        "hydra.sweeper.params={optimizer.lr:'interval(0.5,0.005)'}",
+        needles=("hydra.sweeper.params.optimizer.lr=interval(0.5, 0.005)", "e.g. interval(0.005, 0.5)"),
     ),
-    "log of 0": (
-        _with_study(
-            "hydra.sweeper.params={optimizer.lr:'tag(log,interval(0,0.5))'}",
-            needles=("hydra.sweeper.params.optimizer.lr=", "start > 0", "tag(log, interval(0.0005, 0.5))"),
-        ),
-        False,
+    "log of 0": _with_study(
+        "hydra.sweeper.params={optimizer.lr:'tag(log,interval(0,0.5))'}",
+        needles=("hydra.sweeper.params.optimizer.lr=", "start > 0", "tag(log, interval(0.0005, 0.5))"),
     ),
-    "log of a range from 0": (
-        _with_study(
-            "data.batch_size=tag(log,range(0,512))",
-            needles=("data.batch_size=tag(log, range(0, 512))", "start >= 1", "tag(log, range(1, 512))"),
-        ),
-        False,
+    "log of a range from 0": _with_study(
+        "data.batch_size=tag(log,range(0,512))",
+        needles=("data.batch_size=tag(log, range(0, 512))", "start >= 1", "tag(log, range(1, 512))"),
     ),
-    "unknown sampler": (
-        _with_study("hydra.sweeper.sampler=bayes", needles=("hydra.sweeper.sampler=bayes", "tpe, random, grid")),
-        False,
+    "unknown sampler": _with_study(
+        "hydra.sweeper.sampler=bayes", needles=("hydra.sweeper.sampler=bayes", "tpe, random, grid")
     ),
-    "unknown direction": (
-        _with_study("hydra.sweeper.direction=max", needles=("hydra.sweeper.direction=max", "=maximize")),
-        False,
+    "unknown direction": _with_study(
+        "hydra.sweeper.direction=max", needles=("hydra.sweeper.direction=max", "=maximize")
     ),
     # A pruner given by its `_target_` is built by Hydra (InstantiationException), which names the key only in its text
-    "pruner argument misspelt": (
-        _with_study(
-            "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trialz:3}",
-            needles=("hydra.sweeper.pruner.n_startup_trialz:", "did you mean hydra.sweeper.pruner.n_startup_trials?"),
-        ),
-        False,
+    "pruner argument misspelt": _with_study(
+        "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trialz:3}",
+        needles=("hydra.sweeper.pruner.n_startup_trialz:", "did you mean hydra.sweeper.pruner.n_startup_trials?"),
     ),
-    "pruner class unknown": (
-        _with_study(
-            "hydra.sweeper.pruner={_target_:optuna.pruners.Nope}",
-            needles=("hydra.sweeper.pruner._target_=optuna.pruners.Nope", "nothing can be imported"),
-        ),
-        False,
+    "pruner class unknown": _with_study(
+        "hydra.sweeper.pruner={_target_:optuna.pruners.Nope}",
+        needles=("hydra.sweeper.pruner._target_=optuna.pruners.Nope", "nothing can be imported"),
     ),
-    "pruner value refused": (
-        _with_study(
-            "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trials:-3}",
-            needles=("hydra.sweeper.pruner:", "MedianPruner refused its settings", "n_startup_trials=-3"),
-        ),
-        False,
+    "pruner value refused": _with_study(
+        "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trials:-3}",
+        needles=("hydra.sweeper.pruner:", "MedianPruner refused its settings", "n_startup_trials=-3"),
     ),
-    "direction of the stored study": (
-        _with_study(
-            "hydra.sweeper.direction=minimize",
-            needles=("hydra.sweeper.direction=minimize", "created to maximize", "direction=maximize"),
-        ),
-        False,
+    "direction of the stored study": _with_study(
+        "hydra.sweeper.direction=minimize",
+        needles=("hydra.sweeper.direction=minimize", "created to maximize", "direction=maximize"),
     ),
 }
 
