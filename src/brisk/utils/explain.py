@@ -221,7 +221,7 @@ def _config_value(cause: OmegaConfBaseException) -> BriskError:
     key = cause.full_key or "the config"
     text = first_line(cause)
     if isinstance(cause, MissingMandatoryValue):
-        return BriskError(f"{key}: no value (??? in the config). Give it one: {key}=<value>.", key)
+        return BriskError(f"{key}: no value (??? in the config). Give it one: {key}=<value>.")
     if isinstance(cause, InterpolationResolutionError):
         text = re.sub(r"^\w+ raised while resolving interpolation: ", "", text).strip("\"'")
         return BriskError(
