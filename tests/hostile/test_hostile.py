@@ -188,6 +188,8 @@ CASES = {
     "step_size_zero": _args("scheduler=step", "scheduler.step_size=0", needles=("scheduler.step_size=0",)),
     # torch's AdamW indexes betas[1]: its IndexError, raised in torch, is the value's fault, not a bug of brisk's
     "betas_too_short": _args("optimizer=adamw", "optimizer.betas=[0.9]", needles=("optimizer.betas=[0.9]", "AdamW")),
+    # Lightning's Timer quotes the value, not the key: the one override it quotes is named
+    "max_time_word": _args("trainer.max_time=abc", needles=("brisk: error: trainer.max_time: ", "DD:HH:MM:SS")),
     "width_zero": _args("model.net.width=0", needles=("model.net.width=0",)),
     "synthetic_size_odd": _args("data.synthetic.n_train=2001", needles=("data.synthetic.n_train=2001", "5")),
     "every_n_steps_negative": _args(

@@ -87,6 +87,12 @@ CASES = {
     "lr_early_stop_zero": ("train", [*LR, "tune.early_stop_threshold=0"], ("tune.early_stop_threshold=0",)),
     "lr_unknown_key": ("train", [*LR, "+tune.num_trainng=50"], ("tune.num_trainng", "tune.num_training")),
     "lr_seed_negative": ("train", [*LR, "seed=-1"], ("seed=-1",)),
+    # the method of the other finder, with this finder's keys: the group option picks the finder
+    "lr_method_of_batch": (
+        "train",
+        [*LR, "tune.method=scale_batch_size"],
+        ("tune.method=scale_batch_size", "tune=batch_size"),
+    ),
     # tune=batch_size
     "batch_init_val_zero": ("train", [*BATCH, "tune.init_val=0"], ("tune.init_val=0", ">= 1")),
     "batch_max_trials_zero": ("train", [*BATCH, "tune.max_trials=0"], ("tune.max_trials=0", ">= 1")),
@@ -94,6 +100,7 @@ CASES = {
     "batch_max_val_zero": ("train", [*BATCH, "tune.max_val=0"], ("tune.max_val=0", ">= 1")),
     "batch_margin_one": ("train", [*BATCH, "tune.margin=1.5"], ("tune.margin=1.5", "[0, 1)")),
     "batch_mode_unknown": ("train", [*BATCH, "tune.mode=triple"], ("tune.mode=triple", "power or binsearch")),
+    "batch_method_of_lr": ("train", [*BATCH, "tune.method=lr_find"], ("tune.method=lr_find", "tune=lr")),
     # a resume from a torch file that is not a Lightning checkpoint
     "resume_a_state_dict": (
         "train",

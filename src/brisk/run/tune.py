@@ -66,6 +66,10 @@ def check_args(cfg: DictConfig) -> None:
     params = inspect.signature(getattr(Tuner, method)).parameters
     taken = set(params) - FINDER_SET_BY_BRISK
     if unknown := sorted(set(cfg.tune) - taken - {"method"}):
+        other = next(m for m in FINDERS if m != method)  # tune=lr tune.method=scale_batch_size: the LR finder's keys
+        if set(unknown) <= set(inspect.signature(getattr(Tuner, other)).parameters):
+            option = "batch_size" if method == "scale_batch_size" else "lr"
+            raise BriskError(f"tune.method={method}: the tune group picks the finder. Use tune={option} instead.")
         raise BriskError(
             f"tune.{unknown[0]} is not an argument of Lightning's Tuner.{method}. Drop it; the finder takes: "
             f"{', '.join(f'tune.{k}' for k in sorted(taken))}."

@@ -69,7 +69,7 @@ def explain(error: BaseException, overrides: Sequence[str] = ()) -> BriskError |
             ranged.partition("=")[0],
         )
     if key := _trainer_argument(cause):
-        by = _set_by(key, list(overrides))
+        by = " ".join(_set_by(key, list(overrides)))
         return BriskError(f"{key}: Lightning refused it: {_line(cause).rstrip('.')}. Fix the value ({by or key}).", key)
     if (package := _missing_package(error)) and (extra := _extra_for(package)):  # e.g. hparams_search=optuna
         given = next((o for o in overrides if package in o.partition("=")[2]), None)
@@ -84,14 +84,14 @@ def _line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def _set_by(key: str, overrides: list[str]) -> str:
+def _set_by(key: str, overrides: list[str]) -> list[str]:
     """The overrides that set `key`, something under it or the group above it, the last of each key."""
     last = {}
     for override in overrides:
         name = override.partition("=")[0].lstrip("+~")
         if name == key or name.startswith(f"{key}.") or key.startswith(f"{name}."):
             last[name] = override
-    return " ".join(list(last.values())[-6:])
+    return list(last.values())[-6:]
 
 
 def _parameters(target: str) -> list[str]:
@@ -150,7 +150,7 @@ def _refused(key: str, shown: str, cause: BaseException, overrides: list[str]) -
     if package:
         extra = _extra_for(package)
         install = f"pip install -e '.[{extra}]' (brisk's {extra} extra)" if extra else f"pip install {package}"
-        undo = _set_by(key, overrides)
+        undo = " ".join(_set_by(key, overrides))
         return BriskError(
             f"{key}: {shown} needs {package}, which is not installed. Install it: {install}"
             + (f", or change {undo}." if undo else ".")
@@ -166,7 +166,19 @@ def _refused(key: str, shown: str, cause: BaseException, overrides: list[str]) -
     else:
         return None
     by = _set_by(key, overrides)
-    return BriskError(f"{key}: {shown} refused its settings: {said}. Fix the value" + (f" ({by})." if by else "."))
+    # the one override under the entry whose value the message quotes: trainer.max_time=abc, where Lightning names
+    # only `Timer(duration='abc')`
+    quoted = [o for o in by if o.partition("=")[0].lstrip("+~").startswith(f"{key}.") and _quotes(said, o)]
+    if len(quoted) == 1:
+        key, by = quoted[0].partition("=")[0].lstrip("+~"), quoted
+    return BriskError(
+        f"{key}: {shown} refused its settings: {said}. Fix the value" + (f" ({' '.join(by)})." if by else ".")
+    )
+
+
+def _quotes(text: str, override: str) -> bool:
+    value = override.partition("=")[2].strip("'\"")
+    return bool(value) and f"'{value}'" in text
 
 
 def _trainer_argument(cause: BaseException | None) -> str | None:
