@@ -111,6 +111,10 @@ CASES = {
         "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trialz:3}",
         needles=("hydra.sweeper.pruner.n_startup_trialz:", "did you mean hydra.sweeper.pruner.n_startup_trials?"),
     ),
+    "pruner argument missing": _with_study(
+        "hydra.sweeper.pruner={_target_:optuna.pruners.PercentilePruner}",
+        needles=("hydra.sweeper.pruner.percentile:", "Set it: hydra.sweeper.pruner.percentile=<value>"),
+    ),
     "pruner class unknown": _with_study(
         "hydra.sweeper.pruner={_target_:optuna.pruners.Nope}",
         needles=("hydra.sweeper.pruner._target_=optuna.pruners.Nope", "nothing can be imported"),

@@ -129,13 +129,9 @@ def _constructor(error: InstantiationException, cause: BaseException, overrides:
         given = next((o for o in overrides if o.partition("=")[0].lstrip("+") == f"{key}.{arg}"), f"{key}.{arg}")
         return BriskError(f"{key}.{arg}: {shown} takes no argument {arg!r}{hint}. Remove {given}, or correct its name.")
     if isinstance(cause, TypeError) and missing:
-        needed = f"{key}.{missing[0]}"
-        removed = [
-            o for o in overrides if o.startswith("~") and (needed + ".").startswith(o[1:].partition("=")[0] + ".")
-        ]
         return BriskError(
             f"{', '.join(f'{key}.{a}' for a in missing)}: {shown} needs {' and '.join(map(repr, missing))}, and the "
-            "config gives none. " + (f"Leave out {' '.join(removed)}." if removed else f"Set it: {needed}=<value>.")
+            f"config gives none. Set it: {key}.{missing[0]}=<value>."
         )
     package = _missing_package(cause)
     if isinstance(cause, ImportError) and package in (None, target.split(".")[0]):  # the name itself is wrong
