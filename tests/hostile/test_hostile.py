@@ -126,6 +126,11 @@ def _run_dir_under_a_file(root: Path) -> tuple[list[str], tuple[str, ...]]:
     return [f"hydra.run.dir={root / 'afile' / 'run'}"], ("hydra.run.dir=", "is a file, not a folder")
 
 
+def _log_dir_under_a_file(root: Path) -> tuple[list[str], tuple[str, ...]]:
+    (root / "afile").write_text("")
+    return [f"paths.log_dir={root / 'afile' / 'logs'}"], ("paths.log_dir=", "is a file, not a folder")
+
+
 def _non_utf8_data_root(root: Path) -> tuple[list[str], tuple[str, ...]]:
     name = os.fsdecode(b"data-\xff\xfe")  # not UTF-8: Python carries it as surrogate escapes
     (root / name).write_bytes(b"")
@@ -224,6 +229,7 @@ CASES = {
     "resume_with_bad_value": _resume(None, "optimizer.lr=-1", needles=("optimizer.lr=-1",)),
     # output paths
     "run_dir_under_a_file": _run_dir_under_a_file,
+    "log_dir_under_a_file": _log_dir_under_a_file,
     "run_dir_locked": _locked,
     # data paths and files
     "data_root_is_a_file": _root_is_a_file,

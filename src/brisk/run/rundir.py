@@ -68,15 +68,28 @@ class RunDirCallback(Callback):
     what a callback raises into a warning and goes on, so a refusal here prints its line and exits itself."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _paths_given(config, "hydra.run.dir")
         path = _checked(config.hydra.run, "hydra.run.dir")
         _existed[str(path)] = nearest_existing(path)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _paths_given(config, "hydra.sweep.dir")
         _checked(config.hydra.sweep, "hydra.sweep.dir")
         if not config.hydra.launcher.get("_target_", "").endswith(".BasicLauncher"):  # jobs run in other processes
             from brisk.run import jobs  # a sweep in a launcher's processes: a single run needs none of it
 
             jobs.stop_jobs_on_signal()
+
+
+def _paths_given(config: DictConfig, run_key: str) -> None:
+    """paths.root_dir or paths.log_dir from the command line, checked under its own key where the run directory is
+    below it (no `run_key` given): a refusal naming hydra.run.dir would point at a key the user did not set."""
+    # as typed: an override holding ${...} is the task's to resolve, or to refuse naming its key
+    given = {str(o).partition("=")[0].lstrip("+") for o in OmegaConf.to_container(config.hydra.overrides.task)}
+    for key in ("paths.root_dir", "paths.log_dir"):
+        if key in given and run_key not in given:
+            with _refusing():
+                creatable(Path(str(OmegaConf.select(config, key))).absolute(), key)
 
 
 def _checked(node: DictConfig, key: str) -> Path:
