@@ -202,6 +202,12 @@ CASES = {
     ),
     "precision_unknown": _args("trainer.precision=banana", needles=("trainer.precision=banana",)),
     # config groups and options that do not exist
+    # a key of a group option not picked (conf/callbacks/early_stopping.yaml): the option is named
+    "option_not_picked": _args(
+        "callbacks.early_stopping.patience=2", needles=("callbacks.early_stopping:", "add callbacks=early_stopping")
+    ),
+    # Lightning names the argument in backquotes, in a message about MPSAccelerator
+    "accelerator_absent": _args("trainer.accelerator=mps", needles=("brisk: error: trainer.accelerator: ",)),
     "unknown_model": _args("model=nope", needles=("model=nope", "simple_cnn")),
     "unknown_accumulation": _args("accumulation=3", needles=("accumulation=3", "no such option")),
     "unknown_in_sweep_list": _args("optimizer=sgd,adamm", needles=("optimizer=adamm",)),

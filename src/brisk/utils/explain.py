@@ -36,6 +36,7 @@ from omegaconf.errors import (
 )
 
 import brisk.compat as compat
+from brisk.conf import CONFIG_PATH
 from brisk.errors import BriskError, BuildError, first_line
 
 
@@ -162,8 +163,8 @@ def _refused(key: str, shown: str, cause: BaseException, overrides: list[str]) -
     else:
         return None
     by = _set_by(key, overrides)
-    # the one override under the entry whose value the message quotes: trainer.max_time=abc, where Lightning names
-    # only `Timer(duration='abc')`
+    # the one override under the entry that the message quotes: trainer.max_time=abc, where Lightning names only
+    # `Timer(duration='abc')`, or trainer.accelerator=mps, where it names `accelerator`
     quoted = [o for o in by if o.partition("=")[0].lstrip("+~").startswith(f"{key}.") and _quotes(said, o)]
     if len(quoted) == 1:
         key, by = quoted[0].partition("=")[0].lstrip("+~"), quoted
@@ -173,8 +174,10 @@ def _refused(key: str, shown: str, cause: BaseException, overrides: list[str]) -
 
 
 def _quotes(text: str, override: str) -> bool:
-    value = override.partition("=")[2].strip("'\"")
-    return bool(value) and f"'{value}'" in text
+    """The message quotes the override's value ('abc') or names its key's last part (`accelerator`)."""
+    name, _, value = override.partition("=")
+    value = value.strip("'\"")
+    return (bool(value) and f"'{value}'" in text) or f"`{name.rpartition('.')[2]}`" in text
 
 
 def _trainer_argument(cause: BaseException | None) -> str | None:
@@ -275,6 +278,8 @@ def _composition(error: CompactHydraException, overrides: list[str]) -> BriskErr
         where, _, leaf = key.rpartition(".")
         known = [str(k) for k in (cause.parent_node or {}) if k != "hydra"]
         given = next((o for o in overrides if o.partition("=")[0] == key), key)
+        if where.isidentifier() and Path(CONFIG_PATH, where, f"{leaf}.yaml").is_file():  # callbacks.early_stopping.x=2
+            return BriskError(f"{given}: not in the config until its option is picked: add {where}={leaf}.", key)
         hint = _did_you_mean(leaf, known, f"{where}." if where else "")
         if not hint and not where:
             hint = f" (the top-level keys and groups: {', '.join(sorted(known))})"
