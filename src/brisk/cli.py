@@ -195,7 +195,9 @@ def hydra_entry(hydra_main, primary: str = CONFIG_PATH):
     def entry() -> None:
         register_resolvers()
         quiet()  # Lightning's tips and the warnings known to be harmless (brisk.utils.quiet)
-        args = sys.argv[1:]
+        # Hydra's argparse takes -m only before the overrides: `data=synthetic -m seed=1,2` would be "unrecognized
+        # arguments: seed=1,2"
+        args = sorted(sys.argv[1:], key=lambda a: a not in ("-m", "--multirun"))
         if error := not_utf8(args) or unknown_group_option(args, primary):
             refuse(error)
         sys.argv[1:] = quote_group_options(args, primary)

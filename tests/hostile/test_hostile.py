@@ -377,6 +377,19 @@ def test_a_resume_keeps_the_original_record(finished_run, project, capsys, monke
     assert "trainer.max_epochs=2" in (run / ".hydra" / "resume-1" / "overrides.yaml").read_text()
 
 
+@pytest.mark.parametrize("empty, multirun_last", [("seed=range(0,0)", False), ("seed=range(5,1)", True)])
+def test_a_sweep_of_no_values_is_refused_and_writes_nothing(
+    empty, multirun_last, project, capsys, monkeypatch, restore_logging
+):
+    # Hydra launches 0 jobs and exits 0, leaving an empty sweep folder. multirun_last: `-m` after overrides, which
+    # Hydra's own argparse refuses ("unrecognized arguments")
+    before = tree(project)
+    argv = [*BASE, "-m", empty] if multirun_last else ["-m", *BASE, empty]
+    proc = brisk_train(argv, project, capsys, monkeypatch)
+    assert assert_user_error(proc, "no values").startswith(f"brisk: error: {empty}: ")
+    assert tree(project) == before, "a refused sweep wrote, removed or changed files"
+
+
 @pytest.mark.slow  # trains a job (~10 s); the suite's sweep tests count each job's .hydra/ too
 def test_a_sweep_records_each_started_job_and_removes_refused_ones(project, capsys, monkeypatch, restore_logging):
     proc = brisk_train(["-m", *BASE, "trainer.max_epochs=1,0"], project, capsys, monkeypatch)

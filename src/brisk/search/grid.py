@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from brisk import compat
+from brisk.errors import BriskError
 from brisk.utils.files import write_text
 
 
@@ -24,6 +26,12 @@ def sweep(basic: Any, arguments: list[str]) -> list[Any]:
     and each job's JobReturn is returned."""
     parser = OverridesParser.create(config_loader=basic.hydra_context.config_loader)
     overrides = parser.parse_overrides([*compat.sweep_params(basic), *arguments])
+    if empty := next((o for o in overrides if _no_values(o)), None):
+        # Hydra would launch 0 jobs and exit 0, leaving an empty sweep folder
+        raise BriskError(
+            f"{empty.input_line}: the sweep has no values, so no job would run. Give it at least one: a range's "
+            "start below its stop (range(0,3)), or a list (a,b)."
+        )
     basic.overrides = basic.split_arguments(overrides, basic.max_batch_size)
     sweep_dir = Path(basic.config.hydra.sweep.dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -35,3 +43,11 @@ def sweep(basic: Any, arguments: list[str]) -> list[Any]:
         returns.append(basic.launcher.launch(batch, initial_job_idx=first))
         first += len(batch)
     return returns
+
+
+def _no_values(override: Any) -> bool:
+    """A choice or range sweep that gives no value (range(0,0)). An interval is no list: Hydra's sweeper refuses it."""
+    try:
+        return override.is_sweep_override() and not list(override.sweep_string_iterator())
+    except HydraException:
+        return False

@@ -36,7 +36,6 @@ from omegaconf.errors import (
 )
 
 import brisk.compat as compat
-from brisk.conf import CONFIG_PATH
 from brisk.errors import BriskError, BuildError, first_line
 
 
@@ -278,7 +277,9 @@ def _composition(error: CompactHydraException, overrides: list[str]) -> BriskErr
         where, _, leaf = key.rpartition(".")
         known = [str(k) for k in (cause.parent_node or {}) if k != "hydra"]
         given = next((o for o in overrides if o.partition("=")[0] == key), key)
-        if where.isidentifier() and Path(CONFIG_PATH, where, f"{leaf}.yaml").is_file():  # callbacks.early_stopping.x=2
+        # brisk.conf's folder, found from here: utils may not import the package above it (tests/project/test_layers)
+        option = Path(__file__).parents[1] / "conf" / where / f"{leaf}.yaml"
+        if where.isidentifier() and option.is_file():  # callbacks.early_stopping.patience=2, the option not picked
             return BriskError(f"{given}: not in the config until its option is picked: add {where}={leaf}.", key)
         hint = _did_you_mean(leaf, known, f"{where}." if where else "")
         if not hint and not where:
