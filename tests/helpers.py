@@ -137,8 +137,7 @@ def main_in_process(module: str, overrides: list[str], root: Path) -> int:
 
     saved_argv, saved_handlers = sys.argv, logging.getLogger().handlers[:]
     deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    multirun = [o for o in overrides if o == "-m"]  # Hydra's flag goes before the overrides
-    sys.argv = [f"brisk-{module}", *multirun, f"paths.root_dir={root}", *(o for o in overrides if o != "-m")]
+    sys.argv = [f"brisk-{module}", f"paths.root_dir={root}", *overrides]  # the entry point puts a -m first
     os.environ["HYDRA_FULL_ERROR"] = "1"  # a bug raises here instead of Hydra's exit 1
     try:
         importlib.import_module(f"brisk.{module}").main()

@@ -36,6 +36,7 @@ log = logging.getLogger("brisk")
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
 # tune.method -> the finder callback whose modes Tuner takes (its own checks are an assert and a ValueError mid-run).
 FINDERS = {"lr_find": LearningRateFinder, "scale_batch_size": BatchSizeFinder}
+OPTIONS = {"lr_find": "lr", "scale_batch_size": "batch_size"}  # tune.method -> its option of the tune group
 
 
 def refuse_distributed(cfg: DictConfig) -> None:
@@ -46,7 +47,7 @@ def refuse_distributed(cfg: DictConfig) -> None:
     strategy = str(trainer.get("strategy", "auto")).lower()
     if processes > 1 or launched > 1 or any(name in strategy for name in DISTRIBUTED):
         raise BriskError(
-            f"tune={cfg.tune.method.removesuffix('_find').replace('scale_', '')} runs in one process, and this "
+            f"tune={OPTIONS[cfg.tune.method]} runs in one process, and this "
             f"config asks for {max(processes, launched)} (trainer.devices x trainer.num_nodes, strategy={strategy}): "
             "Lightning's batch-size finder refuses distributed strategies, and its LR finder would only repeat the "
             "search on every rank. Run it with strategy=auto trainer.devices=1. data.batch_size is the global "
@@ -68,8 +69,9 @@ def check_args(cfg: DictConfig) -> None:
     if unknown := sorted(set(cfg.tune) - taken - {"method"}):
         other = next(m for m in FINDERS if m != method)  # tune=lr tune.method=scale_batch_size: the LR finder's keys
         if set(unknown) <= set(inspect.signature(getattr(Tuner, other)).parameters):
-            option = "batch_size" if method == "scale_batch_size" else "lr"
-            raise BriskError(f"tune.method={method}: the tune group picks the finder. Use tune={option} instead.")
+            raise BriskError(
+                f"tune.method={method}: the tune group picks the finder. Use tune={OPTIONS[method]} instead."
+            )
         raise BriskError(
             f"tune.{unknown[0]} is not an argument of Lightning's Tuner.{method}. Drop it; the finder takes: "
             f"{', '.join(f'tune.{k}' for k in sorted(taken))}."

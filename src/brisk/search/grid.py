@@ -48,6 +48,6 @@ def sweep(basic: Any, arguments: list[str]) -> list[Any]:
 def _no_values(override: Any) -> bool:
     """A choice or range sweep that gives no value (range(0,0)). An interval is no list: Hydra's sweeper refuses it."""
     try:
-        return override.is_sweep_override() and not list(override.sweep_string_iterator())
+        return override.is_sweep_override() and not any(True for _ in override.sweep_string_iterator())
     except HydraException:
         return False
