@@ -69,7 +69,7 @@ def user_errors(task):
                 raise  # a bug: its traceback is the report
             if job is not None and job.multirun:
                 print(f"brisk: error: {error}", file=sys.stderr, flush=True)
-                raise error from None  # the sweep records it as failed and goes on (search.sweep.SweepSummary)
+                raise error from None  # the sweep records it as failed and goes on (brisk.search.SweepSummary)
             refuse(error)
         finally:
             if run is not None:

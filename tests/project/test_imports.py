@@ -73,7 +73,6 @@ ALLOWED = [
     "brisk.run.schemas",
     "brisk.run.summary",
     "brisk.search",
-    "brisk.search.sweep",
     "brisk.train",
     "brisk.utils",
     "brisk.utils.config",

@@ -84,7 +84,7 @@ def _write_rows(sweep_dir: str, writer: int, n: int, start) -> None:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from brisk.search.sweep import SweepSummary
+    from brisk.search import SweepSummary
 
     start.wait()  # every writer starts at once
     for i in range(n):

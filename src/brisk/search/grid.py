@@ -4,7 +4,7 @@ the plugin class is hydra_plugins.brisk_grid).
 Hydra's basic sweeper, except at a failed job: Hydra's re-raises the first failure once its batch ends, so the
 sweep ends in that job's traceback, later batches never run, and Hydra's on_multirun_end (where the runs'
 comparison is written and the sweep folder printed) is never reached. This one runs every batch and returns
-every job's outcome; brisk.search.sweep.SweepSummary names the failed jobs in one line at the end and exits 1.
+every job's outcome; brisk.search.SweepSummary names the failed jobs in one line at the end and exits 1.
 """
 
 from __future__ import annotations

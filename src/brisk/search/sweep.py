@@ -6,8 +6,8 @@ sweep ends (Hydra's on_multirun_end), the runs' comparison is written (brisk.sea
 folder is the last line printed. brisk's grid sweeper (brisk.search.grid) runs every job even when one fails;
 such a sweep then ends with one line naming the failed jobs, and exit status 1.
 
-Hydra makes this callback for every command, a single run too: what only a sweep uses (the comparison, the plot,
-the search's names) is imported where a sweep uses it.
+Hydra makes its callback (brisk.search.SweepSummary) for every command, a single run too, so this module is
+imported only by a multirun.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.experimental.callback import Callback
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from brisk import compat
@@ -46,35 +44,37 @@ def outcome(job_return: JobReturn) -> tuple[str, Any, str]:
     return status, None, f"{type(error).__name__}: {error}"
 
 
-class SweepSummary(Callback):
-    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        # Where every rank runs the job (one SLURM task per device, torchrun, a node other than 0), only the
-        # first process records it.
-        if config.hydra.mode != RunMode.MULTIRUN or not first_process():
-            return
-        status, value, error = outcome(job_return)
-        if status == "failed" and not isinstance(compat.job_error(job_return), BriskError):
-            # A bug: its traceback is the report (a BriskError has printed its one line already). Hydra keeps the
-            # exception in the JobReturn without printing it.
-            traceback.print_exception(compat.job_error(job_return), file=sys.stderr)
-        row = {
-            "job": config.hydra.job.num,
-            "status": status,
-            "metric": config.get("optimized_metric"),
-            "value": "" if value is None else value,
-            "run_dir": config.hydra.runtime.output_dir,
-            "overrides": " ".join(job_return.overrides or []),
-            "error": error,
-        }
-        append(Path(config.hydra.sweep.dir) / "sweep_summary.csv", row)
+def record(config: DictConfig, job_return: JobReturn) -> None:
+    """A multirun job ended: its row in sweep_summary.csv."""
+    # Where every rank runs the job (one SLURM task per device, torchrun, a node other than 0), only the first
+    # process records it.
+    if not first_process():
+        return
+    status, value, error = outcome(job_return)
+    if status == "failed" and not isinstance(compat.job_error(job_return), BriskError):
+        # A bug: its traceback is the report (a BriskError has printed its one line already). Hydra keeps the
+        # exception in the JobReturn without printing it.
+        traceback.print_exception(compat.job_error(job_return), file=sys.stderr)
+    row = {
+        "job": config.hydra.job.num,
+        "status": status,
+        "metric": config.get("optimized_metric"),
+        "value": "" if value is None else value,
+        "run_dir": config.hydra.runtime.output_dir,
+        "overrides": " ".join(job_return.overrides or []),
+        "error": error,
+    }
+    append(Path(config.hydra.sweep.dir) / "sweep_summary.csv", row)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if first_process():
-            from brisk.search import results
 
-            sweep_dir, searched = Path(config.hydra.sweep.dir), _searched(config)
-            # A search compares every trial of its study: a resumed one's earlier trials ran in earlier sweep folders.
-            conclude(sweep_dir, exit_on_failure=not searched, runs=results.run_dirs(sweep_dir) if searched else None)
+def end(config: DictConfig) -> None:
+    """The multirun ended (Hydra's on_multirun_end)."""
+    if first_process():
+        from brisk.search import results
+
+        sweep_dir, searched = Path(config.hydra.sweep.dir), _searched(config)
+        # A search compares every trial of its study: a resumed one's earlier trials ran in earlier sweep folders.
+        conclude(sweep_dir, exit_on_failure=not searched, runs=results.run_dirs(sweep_dir) if searched else None)
 
 
 def conclude(sweep_dir: Path, exit_on_failure: bool = True, runs: list[Path] | None = None) -> None:
