@@ -1,6 +1,6 @@
 """A resume from a checkpoint whose tensors are poisoned (NaN, Inf) or do not fit the model and optimizer the config
 builds is refused before anything is built or trained, in one line that names the file and the key
-(brisk.run.resume.finite, brisk.checkpoints.fits)."""
+(brisk.checkpoints.fits: finite, check)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Whether a checkpoint can be resumed by the model and optimizer a config builds: checked before anything is built.
+"""Whether a checkpoint can be resumed: a Lightning checkpoint, with finite training state, whose weights and optimizer
+state fit the model and optimizer a config builds. Checked before anything is built, and imported only by a resume.
 
 Lightning (2.6.6) finds a weight of another shape, a missing one, or an optimizer state of other groups only in
 fit, inside load_state_dict, after the data and the trainer are built, and its traceback does not name the file.
@@ -10,7 +11,9 @@ the checkpoint was trained on. What does not fit is named with its key and the f
 from __future__ import annotations
 
 import logging
+import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,6 +25,73 @@ from brisk.registry import construct
 from brisk.utils.config import plain
 
 log = logging.getLogger("brisk")
+
+
+# What Lightning's fit(ckpt_path=...) reads to resume (lightning 2.6.6 fails on a missing one with a KeyError).
+RESUME_KEYS = (
+    "pytorch-lightning_version",
+    "state_dict",
+    "optimizer_states",
+    "lr_schedulers",
+    "loops",
+    "epoch",
+    "global_step",
+)
+
+
+def resumable(checkpoint: Any, path: str | os.PathLike, ckpt_path: str) -> None:
+    """Raise BriskError unless `checkpoint` (read from `path`, which `ckpt_path` named) is a Lightning checkpoint
+    a run can resume from."""
+    missing = [k for k in RESUME_KEYS if k not in checkpoint] if isinstance(checkpoint, dict) else RESUME_KEYS
+    if not missing:
+        return
+    if not isinstance(checkpoint, dict):
+        held = f"a {type(checkpoint).__name__}"
+    elif checkpoint and all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+        held = f"only {len(checkpoint)} tensors, as a model's state_dict does"
+    else:
+        held = f"no {', '.join(missing)}"
+    where = "" if str(ckpt_path) == str(path) else f" ({path})"
+    raise BriskError(
+        f"ckpt_path={ckpt_path}{where}: not a Lightning checkpoint to resume from: it holds {held}. A brisk checkpoint "
+        "holds the model's state_dict, the optimizer and LR scheduler states, the loop counters (epoch, global_step, "
+        "loops) and the Lightning version: resume from one brisk-train wrote (<run>/checkpoints/last.ckpt), or "
+        "start a new run without ckpt_path."
+    )
+
+
+# What a resume continues from: the weights, the optimizer's state and the callbacks' (a lookahead's slow copy).
+TRAINING_STATE = ("state_dict", "optimizer_states", "callbacks")
+
+
+def nonfinite(checkpoint: dict[str, Any]) -> tuple[str, str] | None:
+    """Where a checkpoint's training state holds NaN or Inf, as (its key path, "NaN" or "Inf"); None if nowhere.
+    NaN counts anywhere. Inf counts outside 0-d tensors only: a metric's running best starts at -inf (torchmetrics'
+    MaxMetric), and ModelCheckpoint keeps an inf score for a slot not yet filled; a weight is never 0-d."""
+    stack = [(key, checkpoint.get(key)) for key in reversed(TRAINING_STATE)]
+    while stack:  # no recursion: run_files.shallow has bounded the depth, and a loop needs no stack frames
+        where, node = stack.pop()
+        if isinstance(node, torch.Tensor) and (node.is_floating_point() or node.is_complex()):
+            if torch.isnan(node).any():
+                return where, "NaN"
+            if node.ndim and torch.isinf(node).any():
+                return where, "Inf"
+        elif isinstance(node, dict):
+            stack.extend((f"{where}[{k!r}]", v) for k, v in reversed(node.items()))
+        elif isinstance(node, list | tuple):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(node))))
+    return None
+
+
+def finite(ckpt: Path, checkpoint: dict) -> None:
+    """Refuse a checkpoint whose weights or optimizer state hold NaN or Inf: Lightning would load it and train an
+    epoch of NaN before the divergence guard stopped the run."""
+    if bad := nonfinite(checkpoint):
+        where, what = bad
+        raise BriskError(
+            f"{ckpt}: {where} holds {what}: not a checkpoint to resume from. Resume from an earlier one "
+            f"(in {ckpt.parent}), or start a new run without ckpt_path."
+        )
 
 
 def built(cfg: DictConfig, class_names: list[str]) -> tuple[dict[str, torch.Size], list[list[torch.Size]]] | None:

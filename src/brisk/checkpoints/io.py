@@ -108,62 +108,6 @@ def peek(path: str | os.PathLike) -> dict[str, Any]:
     return checkpoint
 
 
-# What Lightning's fit(ckpt_path=...) reads to resume (lightning 2.6.6 fails on a missing one with a KeyError).
-RESUME_KEYS = (
-    "pytorch-lightning_version",
-    "state_dict",
-    "optimizer_states",
-    "lr_schedulers",
-    "loops",
-    "epoch",
-    "global_step",
-)
-
-
-def resumable(checkpoint: Any, path: str | os.PathLike, ckpt_path: str) -> None:
-    """Raise BriskError unless `checkpoint` (read from `path`, which `ckpt_path` named) is a Lightning checkpoint
-    a run can resume from."""
-    missing = [k for k in RESUME_KEYS if k not in checkpoint] if isinstance(checkpoint, dict) else RESUME_KEYS
-    if not missing:
-        return
-    if not isinstance(checkpoint, dict):
-        held = f"a {type(checkpoint).__name__}"
-    elif checkpoint and all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
-        held = f"only {len(checkpoint)} tensors, as a model's state_dict does"
-    else:
-        held = f"no {', '.join(missing)}"
-    where = "" if str(ckpt_path) == str(path) else f" ({path})"
-    raise BriskError(
-        f"ckpt_path={ckpt_path}{where}: not a Lightning checkpoint to resume from: it holds {held}. A brisk checkpoint "
-        "holds the model's state_dict, the optimizer and LR scheduler states, the loop counters (epoch, global_step, "
-        "loops) and the Lightning version: resume from one brisk-train wrote (<run>/checkpoints/last.ckpt), or "
-        "start a new run without ckpt_path."
-    )
-
-
-# What a resume continues from: the weights, the optimizer's state and the callbacks' (a lookahead's slow copy).
-TRAINING_STATE = ("state_dict", "optimizer_states", "callbacks")
-
-
-def nonfinite(checkpoint: dict[str, Any]) -> tuple[str, str] | None:
-    """Where a checkpoint's training state holds NaN or Inf, as (its key path, "NaN" or "Inf"); None if nowhere.
-    NaN counts anywhere. Inf counts outside 0-d tensors only: a metric's running best starts at -inf (torchmetrics'
-    MaxMetric), and ModelCheckpoint keeps an inf score for a slot not yet filled; a weight is never 0-d."""
-    stack = [(key, checkpoint.get(key)) for key in reversed(TRAINING_STATE)]
-    while stack:  # no recursion: run_files.shallow has bounded the depth, and a loop needs no stack frames
-        where, node = stack.pop()
-        if isinstance(node, torch.Tensor) and (node.is_floating_point() or node.is_complex()):
-            if torch.isnan(node).any():
-                return where, "NaN"
-            if node.ndim and torch.isinf(node).any():
-                return where, "Inf"
-        elif isinstance(node, dict):
-            stack.extend((f"{where}[{k!r}]", v) for k, v in reversed(node.items()))
-        elif isinstance(node, list | tuple):
-            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(node))))
-    return None
-
-
 class SafeCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None or fsspec.utils.get_protocol(str(path)) != "file":

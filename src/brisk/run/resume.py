@@ -13,7 +13,7 @@ from typing import NamedTuple
 from omegaconf import DictConfig
 
 from brisk.checkpoints import paths
-from brisk.checkpoints.io import nonfinite, peek, resumable
+from brisk.checkpoints.io import peek
 from brisk.errors import BriskError
 from brisk.run import rundir
 
@@ -51,25 +51,14 @@ def resolve(cfg: DictConfig, run_dir: Path, multirun: bool = False) -> Resume:
     # A crafted or damaged file is refused here, before anything is built; so is what is not a regular file (a FIFO
     # would hang Lightning's load).
     checkpoint = peek(ckpt)
-    resumable(checkpoint, ckpt, ckpt_path)  # the checks below and Lightning's restore read its keys
+    fits.resumable(checkpoint, ckpt, ckpt_path)  # the checks below and Lightning's restore read its keys
     changes = resume_config.compare(cfg, ckpt, checkpoint)
-    finite(ckpt, checkpoint)
+    fits.finite(ckpt, checkpoint)
     fits.check(cfg, ckpt, checkpoint)
     if changes:
         log.warning(changes)
     finished = resume_config.finished(cfg, paths.run_dir_of(ckpt), checkpoint)
     return Resume(ckpt_path, finished, paths.run_dir_of(ckpt))
-
-
-def finite(ckpt: Path, checkpoint: dict) -> None:
-    """Refuse a checkpoint whose weights or optimizer state hold NaN or Inf: Lightning would load it and train an
-    epoch of NaN before the divergence guard stopped the run."""
-    if bad := nonfinite(checkpoint):
-        where, what = bad
-        raise BriskError(
-            f"{ckpt}: {where} holds {what}: not a checkpoint to resume from. Resume from an earlier one "
-            f"(in {ckpt.parent}), or start a new run without ckpt_path."
-        )
 
 
 def last_exists(cfg: DictConfig, run_dir: Path) -> None:
