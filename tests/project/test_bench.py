@@ -449,14 +449,16 @@ def test_every_lever_value_of_every_preset_composes(brisk_root):
         base = [*tiny, f"preset={preset}"] if preset else tiny
         bench = compose_bench(base, brisk_root).bench
         assert set(bench.run) <= {"pipeline", "augment", "overhead", "breakdown", "fit", "speedrun", *bench.levers}
-        settings = [
-            (f"{name}={label}", o) for name, spec in bench.levers.items() for label, o in levers.settings(name, spec)
-        ]
+        settings = []
+        for name, spec in bench.levers.items():
+            for label, overrides in levers.settings(name, spec):
+                assert label, f"preset={preset}: a value of lever {name} has no label"
+                settings.append((f"{name}={label}", overrides))
         settings += [(f"overhead model={m}", [f"model={m}", *bench.overhead.overrides]) for m in bench.overhead.models]
         for label, overrides in settings:
             if tuple(overrides) not in composed:
                 cfg = compose_bench([*base, *overrides], brisk_root)
-                assert label and cfg.data.batch_size > 0, f"preset={preset}: {label}"
+                assert cfg.data.batch_size > 0, f"preset={preset}: {label}"
                 composed.add(tuple(overrides))
         spec = bench.speedrun.copy()
         spec.seeds = spec.seeds[:1]  # a seed changes no composition
