@@ -64,34 +64,25 @@ def resumable(checkpoint: Any, path: str | os.PathLike, ckpt_path: str) -> None:
 TRAINING_STATE = ("state_dict", "optimizer_states", "callbacks")
 
 
-def nonfinite(checkpoint: dict[str, Any]) -> tuple[str, str] | None:
-    """Where a checkpoint's training state holds NaN or Inf, as (its key path, "NaN" or "Inf"); None if nowhere.
-    NaN counts anywhere. Inf counts outside 0-d tensors only: a metric's running best starts at -inf (torchmetrics'
-    MaxMetric), and ModelCheckpoint keeps an inf score for a slot not yet filled; a weight is never 0-d."""
+def finite(ckpt: Path, checkpoint: dict[str, Any]) -> None:
+    """Refuse a checkpoint whose training state holds NaN or Inf, naming its key path: Lightning would load it and
+    train an epoch of NaN before the divergence guard stopped the run. NaN counts anywhere. Inf counts outside 0-d
+    tensors only: a metric's running best starts at -inf (torchmetrics' MaxMetric), and ModelCheckpoint keeps an inf
+    score for a slot not yet filled; a weight is never 0-d."""
     stack = [(key, checkpoint.get(key)) for key in reversed(TRAINING_STATE)]
     while stack:  # no recursion: run_files.shallow has bounded the depth, and a loop needs no stack frames
         where, node = stack.pop()
         if isinstance(node, torch.Tensor) and (node.is_floating_point() or node.is_complex()):
-            if torch.isnan(node).any():
-                return where, "NaN"
-            if node.ndim and torch.isinf(node).any():
-                return where, "Inf"
+            what = "NaN" if torch.isnan(node).any() else "Inf" if node.ndim and torch.isinf(node).any() else None
+            if what:
+                raise BriskError(
+                    f"{ckpt}: {where} holds {what}: not a checkpoint to resume from. Resume from an earlier one "
+                    f"(in {ckpt.parent}), or start a new run without ckpt_path."
+                )
         elif isinstance(node, dict):
             stack.extend((f"{where}[{k!r}]", v) for k, v in reversed(node.items()))
         elif isinstance(node, list | tuple):
             stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(node))))
-    return None
-
-
-def finite(ckpt: Path, checkpoint: dict) -> None:
-    """Refuse a checkpoint whose weights or optimizer state hold NaN or Inf: Lightning would load it and train an
-    epoch of NaN before the divergence guard stopped the run."""
-    if bad := nonfinite(checkpoint):
-        where, what = bad
-        raise BriskError(
-            f"{ckpt}: {where} holds {what}: not a checkpoint to resume from. Resume from an earlier one "
-            f"(in {ckpt.parent}), or start a new run without ckpt_path."
-        )
 
 
 def built(cfg: DictConfig, class_names: list[str]) -> tuple[dict[str, torch.Size], list[list[torch.Size]]] | None:
