@@ -209,7 +209,7 @@ def hydra_entry(hydra_main, primary: str = CONFIG_PATH):
         except Exception as e:
             from brisk.utils.explain import explain
 
-            if (error := explain(e, overrides=args)) is None:
+            if (error := explain(e, overrides=args, folders=config_folders(args, primary) or (primary,))) is None:
                 raise
             refuse(error)
 

@@ -39,10 +39,11 @@ import brisk.compat as compat
 from brisk.errors import BriskError, BuildError, first_line
 
 
-def explain(error: BaseException, overrides: Sequence[str] = ()) -> BriskError | None:
+def explain(error: BaseException, overrides: Sequence[str] = (), folders: Sequence[str] = ()) -> BriskError | None:
     """The one-line error for a mistake in the config or on the command line, or None for anything else.
 
-    `overrides`: the command line's, to name the ones that set the key at fault."""
+    `overrides`: the command line's, to name the ones that set the key at fault. `folders`: the config folders the
+    command composes from (brisk.cli.config_folders), to name a group option that holds a key not in the config."""
     innermost = error
     while isinstance(innermost.__cause__, InstantiationException | BuildError):
         innermost = innermost.__cause__
@@ -60,7 +61,7 @@ def explain(error: BaseException, overrides: Sequence[str] = ()) -> BriskError |
     if isinstance(cause, OmegaConfBaseException):
         return _config_value(cause)
     if isinstance(error, CompactHydraException) and not isinstance(error, InstantiationException):
-        return _composition(error, list(overrides))
+        return _composition(error, list(overrides), folders)
     if isinstance(error, HydraException) and "does not support sweep type" in str(error):
         ranged = next((o for o in overrides if re.search(r"=\s*(interval|tag)\(", o)), "a range")
         return BriskError(
@@ -244,7 +245,7 @@ def _config_value(cause: OmegaConfBaseException) -> BriskError:
     return BriskError(f"{key}: {text}.")
 
 
-def _composition(error: CompactHydraException, overrides: list[str]) -> BriskError:
+def _composition(error: CompactHydraException, overrides: list[str], folders: Sequence[str]) -> BriskError:
     """Hydra's own errors while it reads the command line and composes the config."""
     if isinstance(error, OverrideParseException):
         return BriskError(
@@ -277,9 +278,8 @@ def _composition(error: CompactHydraException, overrides: list[str]) -> BriskErr
         where, _, leaf = key.rpartition(".")
         known = [str(k) for k in (cause.parent_node or {}) if k != "hydra"]
         given = next((o for o in overrides if o.partition("=")[0] == key), key)
-        # brisk.conf's folder, found from here: utils may not import the package above it (tests/project/test_layers)
-        option = Path(__file__).parents[1] / "conf" / where / f"{leaf}.yaml"
-        if where.isidentifier() and option.is_file():  # callbacks.early_stopping.patience=2, the option not picked
+        # callbacks.early_stopping.patience=2: a key of a group option that is not picked
+        if where.isidentifier() and any((Path(f) / where / f"{leaf}.yaml").is_file() for f in folders):
             return BriskError(f"{given}: not in the config until its option is picked: add {where}={leaf}.", key)
         hint = _did_you_mean(leaf, known, f"{where}." if where else "")
         if not hint and not where:
