@@ -45,7 +45,7 @@ CASES = {
     "missing_extra": (["logger=wandb"], ["logger.wandb", "pip install -e '.[wandb]'", "logger=wandb"]),
     # Hydra's override and composition errors
     "group_set_to_null": (["optimizer=null"], ["optimizer=null", "adamw, muon, sgd"]),
-    "unknown_key": (["trainer.foo=1"], ["trainer.foo=1", "no key trainer.foo", "+trainer.foo=1"]),
+    "unknown_key": (["trainer.foo=1"], ["trainer.foo=1", "no key trainer.foo", "max_epochs"]),
     "unknown_group": (["nogroup=x"], ["nogroup=x", "no key nogroup", "model", "optimizer"]),
     # with a config folder of the user's own, Hydra itself looks for the option
     "missing_option_file": (["model=nope", "--config-dir={root}"], ["model=nope", "resnet18, simple_cnn"]),

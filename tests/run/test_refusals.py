@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from helpers import TINY, assert_user_error, main_in_process
+from brisk.utils.explain import explain
+from helpers import TINY, assert_user_error, compose_cfg, main_in_process
 
 # (overrides, the key the line must start with)
 CASES = {
@@ -60,6 +61,21 @@ def test_a_mistake_is_one_line_starting_with_its_key(case, tmp_path, capsys):
     status = main_in_process("train", [*TINY, *overrides, f"hydra.run.dir={run_dir}"], tmp_path)
     assert_key(status, capsys.readouterr().err, key)
     assert not run_dir.exists() and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize(
+    "override, plus",
+    [("trainer.fooo=1", False), ("optimizer.fooo=1", False), ("fooo=1", False), ("model.net.fooo=3", True)],
+)
+def test_a_misspelt_key_is_told_to_add_itself_only_where_a_plus_can(override, plus, tmp_path):
+    """`+key` adds a key, but a schema already has every argument its constructor takes (+trainer.fooo is refused
+    next) and no code reads a new top-level key (+fooo is ignored): there the line lists the keys that are. A net's
+    arguments have no schema, and a net of one's own may take more than its file lists."""
+    with pytest.raises(Exception) as error:
+        compose_cfg([override], tmp_path)
+    line = str(explain(error.value, [override]))
+    assert line.startswith(override) and (f"+{override}" in line) is plus, line
+    assert plus or "(the keys" in line, line
 
 
 def test_a_search_without_optuna_names_the_extra(tmp_path):

@@ -25,6 +25,7 @@ from hydra.errors import (
     MissingConfigException,
     OverrideParseException,
 )
+from omegaconf import OmegaConf
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
@@ -282,10 +283,14 @@ def _composition(error: CompactHydraException, overrides: list[str], folders: Se
         if where.isidentifier() and any((Path(f) / where / f"{leaf}.yaml").is_file() for f in folders):
             return BriskError(f"{given}: not in the config until its option is picked: add {where}={leaf}.", key)
         hint = _did_you_mean(leaf, known, f"{where}." if where else "")
-        if not hint and not where:
-            hint = f" (the top-level keys and groups: {', '.join(sorted(known))})"
-        return BriskError(
-            f"{given}: the config has no key {key}{hint}. Correct the name, or add a new key with +{given}."
-        )
+        # +key adds it, but only an entry without a schema takes a key its file does not list (a net of one's own):
+        # a schema (brisk.run.schemas) has every argument of its constructor, and no code reads a new top-level key
+        plus = where and OmegaConf.get_type(cause.parent_node) is dict
+        if not hint and not plus:  # the keys there are all it can be
+            hint = (
+                f" (the keys {f'of {where}' if where else 'and groups at the top level'}: {', '.join(sorted(known))})"
+            )
+        add = f", or add a new key with +{given}" if plus else ""
+        return BriskError(f"{given}: the config has no key {key}{hint}. Correct the name{add}.")
     extra = f" {first_line(cause)}" if isinstance(cause, OmegaConfBaseException) else ""
     return BriskError(_line(f"{error}{extra}"))
