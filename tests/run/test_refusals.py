@@ -41,6 +41,8 @@ CASES = {
     "classifier_nan": (["model.weight_decay=nan"], "model.weight_decay"),
     "optimizer_decay_belongs_to_the_model": (["+optimizer.weight_decay=0.1"], "optimizer.weight_decay"),
     "warmup_share_of_the_whole_run": (["scheduler=onecycle", "scheduler.pct_start=1.0"], "scheduler.pct_start"),
+    # torch's OneCycleLR ignores it beside the total_steps brisk passes; without the +, the schema has no such key
+    "planned_schedule_length": (["scheduler=onecycle", "+scheduler.epochs=30"], "scheduler.epochs"),
     "range_without_a_search": (["-m", "optimizer.lr=interval(0.01,0.1)"], "optimizer.lr"),
     "tests_nothing": (["trainer.limit_test_batches=0"], "trainer.limit_test_batches"),
     "no_value": (["data.batch_size=???"], "data.batch_size"),  # before: a TypeError in the data's setup

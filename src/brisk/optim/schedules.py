@@ -86,6 +86,15 @@ def build(config: dict, optimizer: Optimizer, total_steps: Callable[[str], int])
     kwargs = {}
     parameters = inspect.signature(make).parameters
     if "total_steps" in parameters:
+        # +scheduler.epochs=30, as torch's OneCycleLR docs show: torch reads it only without total_steps, which brisk
+        # passes, so it would do nothing
+        if given := next((k for k in ("epochs", "steps_per_epoch") if config.get(k) is not None), None):
+            raise BriskError(
+                f"scheduler.{given}={config[given]}: scheduler={config.get('type')} runs over the whole run, whose "
+                "optimizer steps brisk counts and passes as total_steps, and torch ignores scheduler."
+                f"{given} beside it. Remove it; set the run's length with trainer.max_epochs or trainer.max_steps.",
+                f"scheduler.{given}",
+            )
         kwargs["total_steps"] = int(total_steps(interval))
         kwargs.update(_fit_horizon(make, config, parameters, kwargs["total_steps"], interval))
     # PerExamplesSGD's lr is per 1024 examples: its step lr is that times lr_scale.
