@@ -216,8 +216,8 @@ def test_a_torch_optimizer_and_every_schedule_have_each_argument_with_its_defaul
     defaults = {k: p.default for k, p in parameters.items() if k in node and k not in own}
     assert {k: node[k] for k in defaults} == defaults and len(defaults) >= 1, node
     # what brisk passes or sets itself (epochs x steps_per_epoch: OneCycleLR's total_steps), what Lightning restores
-    brisks = {"params", "optimizer", "total_steps", "epochs", "steps_per_epoch", "weight_decay", "last_epoch"}
-    assert not brisks & set(node), node
+    set_elsewhere = {"params", "optimizer", "total_steps", "epochs", "steps_per_epoch", "weight_decay", "last_epoch"}
+    assert not set_elsewhere & set(node), node
     first = next(iter(defaults))
     with pytest.raises(Exception) as error:
         compose_cfg([f"{group}={name}", f"{group}.{first}x=1"], tmp_path)
