@@ -51,6 +51,7 @@ def user_errors(task):
             import_modules(cfg.get("imports"))  # the user's own classes register before anything is built
             result = task(cfg, *args, run=run, **kwargs) if wants_run else task(cfg, *args, **kwargs)
             run.start(cfg)  # entry points that do not mark the start themselves are recorded when done
+            ranks.leave_process_group()  # done: a DDP rank's group goes now, not at the interpreter's exit
             return result
         except KeyboardInterrupt as e:  # Ctrl-C outside a Trainer stage (inside one, SigtermCheckpoint stops cleanly)
             interrupted(run, e)

@@ -201,3 +201,16 @@ def test_a_job_stopped_by_sigterm_resumes_on_its_ranks_and_trains_on_from_its_ch
     with open(run_dir / "csv" / "version_1" / "metrics.csv") as f:
         steps = [int(row["step"]) for row in csv.DictReader(f)]
     assert steps and min(steps) >= stopped, (stopped, steps)
+
+
+def test_a_finished_process_leaves_its_process_group_while_python_still_runs(tmp_path):
+    """Every entry point calls brisk.utils.ranks.leave_process_group once its task is done: left to the interpreter's
+    end, gloo's threads can abort a finished rank (SIGABRT, exit -6). A real gloo group of one process."""
+    import torch.distributed as dist
+
+    from brisk.utils import ranks
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    ranks.leave_process_group()
+    assert not dist.is_initialized()
+    ranks.leave_process_group()  # none left: nothing to do
