@@ -24,7 +24,7 @@ def process_age() -> float:
         with open("/proc/uptime") as f:
             return float(f.read().split()[0]) - started  # both since boot, to 10 ms
     except (OSError, ValueError, IndexError):
-        return time.time() - brisk.IMPORTED_AT
+        return time.monotonic() - brisk.IMPORTED_AT
 
 
 class StartupClock(L.Callback):
