@@ -20,6 +20,9 @@ log = logging.getLogger("brisk")
 # the first optimizer step (a NaN start or final made every lr NaN only once training had begun).
 SHARE = "a share of the run's steps in [0, 1] (0.23: its first 23%)"
 TIMES_LR = "a number >= 0 (a multiple of the base lr)"
+# OneCycleLR's other way to give its length (epochs x steps_per_epoch), which torch reads only without the total_steps
+# that build() passes: no scheduler key (brisk.run.schemas), and refused where a + adds one.
+LENGTH_KEYS = ("epochs", "steps_per_epoch")
 
 
 @SCHEDULES.register("cosine")
@@ -86,9 +89,7 @@ def build(config: dict, optimizer: Optimizer, total_steps: Callable[[str], int])
     kwargs = {}
     parameters = inspect.signature(make).parameters
     if "total_steps" in parameters:
-        # +scheduler.epochs=30, as torch's OneCycleLR docs show: torch reads it only without total_steps, which brisk
-        # passes, so it would do nothing
-        if given := next((k for k in ("epochs", "steps_per_epoch") if config.get(k) is not None), None):
+        if given := next((k for k in LENGTH_KEYS if config.get(k) is not None), None):  # +scheduler.epochs=30
             raise BriskError(
                 f"scheduler.{given}={config[given]}: scheduler={config.get('type')} runs over the whole run, whose "
                 "optimizer steps brisk counts and passes as total_steps, and torch ignores scheduler."

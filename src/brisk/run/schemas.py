@@ -97,11 +97,12 @@ def store() -> None:
     optimizers = {n: OPTIMIZERS.get(n) for n, module in OPTIMIZERS.shipped.items() if module == "brisk.optim"}
     _each(store, "optimizer", optimizers, skip=("params", "weight_decay"))
     # one per shipped schedule, with its `interval` (how often Lightning steps it); less the optimizer and the run's
-    # total_steps, which brisk passes (brisk.optim.schedules.build), OneCycleLR's other way to say it (epochs x
-    # steps_per_epoch, which torch ignores beside total_steps), and last_epoch, which Lightning restores on a resume.
-    # Their module is every run's.
+    # total_steps, which brisk passes (brisk.optim.schedules.build), OneCycleLR's other way to say it (LENGTH_KEYS),
+    # and last_epoch, which Lightning restores on a resume. Their module is every run's.
+    from brisk.optim.schedules import LENGTH_KEYS
+
     schedules = {n: SCHEDULES.get(n) for n in SCHEDULES.shipped}
-    skip = ("optimizer", "total_steps", "epochs", "steps_per_epoch", "last_epoch")
+    skip = ("optimizer", "total_steps", *LENGTH_KEYS, "last_epoch")
     _each(store, "scheduler", schedules, skip=skip, extra={"interval": "step"})
     # one per Lightning callback a config picks by name: a lever's file starts from its schema (callbacks/ema.yaml).
     # Only those registered in brisk.callbacks itself: a schema of brisk's own callbacks would import every one of
