@@ -22,7 +22,7 @@ train: $(BIN)/brisk-train  ## train on CIFAR-10 (downloads it once into data/)
 demo: $(BIN)/brisk-train  ## short offline run on generated data
 	$(BIN)/brisk-train experiment=quickstart $(ARGS)
 
-test: $(VENV)/.dev  ## the test suite (CPU only; took 11.2 minutes on the 2-core VM at 35338b3, 12.6 at 8f7c959, longer on busy cores)
+test: $(VENV)/.dev  ## the test suite (CPU only; took 10.6 to 14.4 minutes on the 2-core VM from c11ea9a to 6b1589a, with the host's load)
 	$(BIN)/pytest -q --durations=15 $(ARGS)
 
 test-all: $(VENV)/.dev  ## also the tests marked slow
