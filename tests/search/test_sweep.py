@@ -30,7 +30,7 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(project, capsys, monkeypat
     # It ends with one line naming the failed job and its folder, after the table, the sweep folder last on stdout.
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        f"brisk: error: 1 of 2 sweep jobs failed: job 0 ({table.parent / '0'}: not kept, refused before training). "
+        "brisk: error: 1 of 2 sweep jobs failed: job 0 (refused before training: no folder kept). "
         f"Their errors are in {table}."
     )
     out = proc.stdout.strip().splitlines()
@@ -45,6 +45,25 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(project, capsys, monkeypat
     assert float(rows[1]["value"]) == read_summary(table.parent / "1")["metrics"]["val/acc_best"]
     plot = table.parent / "sweep_plot.png"  # drawn after each job, so a sweep that fails still has it
     assert plot.stat().st_size > 1000 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_sweep_whose_every_job_is_refused_ends_with_each_refusal_and_one_line_naming_the_jobs(
+    project, capsys, monkeypatch
+):
+    proc = brisk_main("train", ["-m", *TINY, "optimizer.lr=-1,-2"], project, capsys, monkeypatch)
+    assert proc.returncode == 1
+    (table,) = (project / "logs").rglob("sweep_summary.csv")
+    lines = proc.stderr.strip().splitlines()
+    # each job's own refusal, then the sweep's line; no comparison is attempted, so none is said to be missing
+    assert [line for line in lines if line.startswith("brisk:")] == [
+        "brisk: error: optimizer.lr=-1 must be a positive number, e.g. optimizer.lr=0.05.",
+        "brisk: error: optimizer.lr=-2 must be a positive number, e.g. optimizer.lr=0.05.",
+        "brisk: error: 2 of 2 sweep jobs failed: job 0, job 1 (refused before training: no folder kept). "
+        f"Their errors are in {table}.",
+    ], proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == str(table.parent)  # the sweep folder, last, as for every sweep
+    assert not [p for p in table.parent.iterdir() if p.is_dir()], "a refused job left its folder"
 
 
 def test_sweep_plot_draws_the_metric_against_each_parameter_that_differs(tmp_path):

@@ -83,18 +83,26 @@ def conclude(sweep_dir: Path, exit_on_failure: bool = True, runs: list[Path] | N
     turns what a callback raises into a warning, so this prints and exits itself."""
     from brisk.search import comparison
 
-    try:
-        comparison.publish(sweep_dir, runs)
-    except BriskError as e:  # no job finished: nothing to compare
-        print(f"brisk: no comparison: {e}", file=sys.stderr, flush=True)
-        print(sweep_dir, flush=True)
     table = sweep_dir / "sweep_summary.csv"
     rows = list(csv.DictReader(io.StringIO(table.read_text()))) if table.is_file() else []
     failed = [r for r in rows if r["status"] == "failed"]
+    # Nothing to compare, and the line below says why; a search compares its study's earlier trials too.
+    if exit_on_failure and rows and len(failed) == len(rows):
+        print(sweep_dir, flush=True)
+    else:
+        try:
+            comparison.publish(sweep_dir, runs)
+        except BriskError as e:  # no job finished: nothing to compare
+            print(f"brisk: no comparison: {e}", file=sys.stderr, flush=True)
+            print(sweep_dir, flush=True)
     if failed and exit_on_failure:
-        jobs = ", ".join(f"job {r['job']} ({_folder(r['run_dir'])})" for r in failed)
+        # A job refused before it trained leaves no folder behind (brisk.run.rundir): those are named together.
+        kept = [f"job {r['job']} ({r['run_dir']})" for r in failed if Path(r["run_dir"]).is_dir()]
+        refused = [f"job {r['job']}" for r in failed if not Path(r["run_dir"]).is_dir()]
+        jobs = [*kept, *([f"{', '.join(refused)} (refused before training: no folder kept)"] if refused else [])]
         print(
-            f"brisk: error: {len(failed)} of {len(rows)} sweep jobs failed: {jobs}. Their errors are in {table}.",
+            f"brisk: error: {len(failed)} of {len(rows)} sweep jobs failed: {', '.join(jobs)}. "
+            f"Their errors are in {table}.",
             file=sys.stderr,
             flush=True,
         )
@@ -107,11 +115,6 @@ def _searched(config: DictConfig) -> bool:
     from brisk.search.report import SWEEPER
 
     return config.hydra.sweeper.get("_target_") == SWEEPER
-
-
-def _folder(run_dir: str) -> str:
-    # A job refused before it trained leaves no folder behind (brisk.run.rundir).
-    return run_dir if Path(run_dir).is_dir() else f"{run_dir}: not kept, refused before training"
 
 
 def append(path: Path, row: dict[str, Any]) -> None:
