@@ -43,6 +43,8 @@ CASES = {
     "warmup_share_of_the_whole_run": (["scheduler=onecycle", "scheduler.pct_start=1.0"], "scheduler.pct_start"),
     # torch's OneCycleLR ignores it beside the total_steps brisk passes; without the +, the schema has no such key
     "planned_schedule_length": (["scheduler=onecycle", "+scheduler.epochs=30"], "scheduler.epochs"),
+    # torch's KeyError, a message of several lines: said as one, its line breaks not shown as "\\n"
+    "schedule_resumed_in_a_fresh_run": (["scheduler=onecycle", "+scheduler.last_epoch=3"], "scheduler"),
     "range_without_a_search": (["-m", "optimizer.lr=interval(0.01,0.1)"], "optimizer.lr"),
     "tests_nothing": (["trainer.limit_test_batches=0"], "trainer.limit_test_batches"),
     "no_value": (["data.batch_size=???"], "data.batch_size"),  # before: a TypeError in the data's setup
@@ -53,7 +55,7 @@ CASES = {
 
 def assert_key(status: int, err: str, key: str) -> None:
     line = assert_user_error(subprocess.CompletedProcess([], status, "", err))
-    assert re.match(rf"brisk: error: [+~]?{re.escape(key)}[=:]", line), line
+    assert re.match(rf"brisk: error: [+~]?{re.escape(key)}[=:]", line) and "\\n" not in line, line
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -113,3 +115,10 @@ def test_a_nets_switch_is_a_bool(switch):
     with pytest.raises(BriskError) as error:
         NETS.get("airbench")(**{switch: "maybe"})
     assert error.value.key == f"model.net.{switch}"
+
+
+def test_a_key_of_a_launcher_not_picked_names_the_launcher_that_has_it(tmp_path, capsys):
+    # The basic launcher has no settings; joblib's (a dev dependency) registers its schema in Hydra's ConfigStore.
+    status = main_in_process("train", [*TINY, "hydra.launcher.n_jobs=2"], tmp_path)
+    line = assert_user_error(subprocess.CompletedProcess([], status, "", capsys.readouterr().err))
+    assert line.startswith("brisk: error: hydra.launcher.n_jobs=2:") and "add hydra/launcher=joblib" in line, line

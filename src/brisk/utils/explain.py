@@ -1,9 +1,7 @@
-"""`explain`: what Hydra, OmegaConf and the constructors Hydra calls raise for mistakes the user can fix, as
-one BriskError line.
-
-Hydra wraps whatever a constructor raises in its InstantiationException (brisk's own BriskError included) and
-says where only in its message; its composition errors are several lines. `explain` finds the cause, names the
-config key it belongs to and says the fix, in one line. Anything it does not know is a bug and stays as it is.
+"""`explain`: what Hydra, OmegaConf and the constructors Hydra calls raise for mistakes the user can fix, as one
+BriskError line. Hydra wraps whatever a constructor raises in its InstantiationException (brisk's own BriskError
+included) and says where only in its message; its composition errors are several lines. `explain` finds the cause,
+names the config key it belongs to and says the fix, in one line. Anything it does not know is a bug and stays as it is.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from hydra.core.config_store import ConfigStore
 from hydra.errors import (
     CompactHydraException,
     HydraException,
@@ -53,11 +52,8 @@ def explain(error: BaseException, overrides: Sequence[str] = (), folders: Sequen
         return cause
     if isinstance(innermost, BuildError) and cause is not None:
         return _refused(innermost.key, innermost.shown, cause, list(overrides))
-    if (
-        isinstance(innermost, InstantiationException)
-        and cause is not None
-        and (found := _constructor(innermost, cause, list(overrides)))
-    ):
+    instantiated = isinstance(innermost, InstantiationException) and cause is not None
+    if instantiated and (found := _constructor(innermost, cause, list(overrides))):
         return found
     if isinstance(cause, OmegaConfBaseException):
         return _config_value(cause)
@@ -83,6 +79,8 @@ def explain(error: BaseException, overrides: Sequence[str] = (), folders: Sequen
 
 
 def _line(text: object) -> str:
+    if isinstance(text, KeyError) and text.args and isinstance(text.args[0], str):  # str(): a repr, with "\\n" in it
+        text = text.args[0]
     return " ".join(str(text).split())
 
 
@@ -214,19 +212,23 @@ def _missing_package(cause: BaseException) -> str | None:
 
 def _extra_for(package: str) -> str | None:
     """The extra of this project's distribution that installs `package` (`wandb` -> `wandb`), if any."""
-
-    def norm(name: str) -> str:
-        return re.sub(r"[-_.]+", "_", name).lower()
-
     try:
         requirements = importlib.metadata.requires(__name__.partition(".")[0]) or []
     except importlib.metadata.PackageNotFoundError:
         return None
     for requirement in requirements:
         m = re.match(r"([A-Za-z0-9][\w.\-]*).*extra == ['\"]([\w\-]+)['\"]", requirement)
-        if m and m[2] != "dev" and norm(m[1]) == norm(package):
+        if m and m[2] != "dev" and re.sub(r"[-_.]+", "_", m[1]).lower() == re.sub(r"[-_.]+", "_", package).lower():
             return m[2]
     return None
+
+
+def _stored_options(group: str, key: str) -> str:
+    """The options of a group in Hydra's ConfigStore (hydra/launcher: joblib, submitit_local...) that have `key`."""
+    node = ConfigStore.instance().repo
+    for part in group.split("/"):
+        node = node.get(part, {}) if isinstance(node, dict) else {}
+    return " or ".join(sorted(n.removesuffix(".yaml") for n, c in node.items() if key in getattr(c, "node", {})))
 
 
 def _config_value(cause: OmegaConfBaseException) -> BriskError:
@@ -240,9 +242,7 @@ def _config_value(cause: OmegaConfBaseException) -> BriskError:
             f"{key}: its ${{...}} cannot be resolved: {text}. Set what it refers to, or give {key} a plain value."
         )
     if isinstance(cause, ConfigKeyError | ConfigAttributeError):
-        return BriskError(
-            f"{key}: not in the config, and brisk needs it. Leave out ~{key}, or give it: +{key}=<value>."
-        )
+        return BriskError(f"{key}: not in the config, and brisk needs it. Leave out ~{key} or give it: +{key}=<value>.")
     return BriskError(f"{key}: {text}.")
 
 
@@ -279,9 +279,12 @@ def _composition(error: CompactHydraException, overrides: list[str], folders: Se
         where, _, leaf = key.rpartition(".")
         known = [str(k) for k in (cause.parent_node or {}) if k != "hydra"]
         given = next((o for o in overrides if o.partition("=")[0] == key), key)
-        # callbacks.early_stopping.patience=2: a key of a group option that is not picked
+        # callbacks.early_stopping.patience=2: a key of a group option that is not picked; hydra.launcher.n_jobs=2: a
+        # key of a plugin's option (joblib's), whose schema is in Hydra's ConfigStore
         if where.isidentifier() and any((Path(f) / where / f"{leaf}.yaml").is_file() for f in folders):
             return BriskError(f"{given}: not in the config until its option is picked: add {where}={leaf}.", key)
+        if picks := _stored_options(group := where.replace(".", "/"), leaf):
+            return BriskError(f"{given}: not in the config until its option is picked: add {group}={picks}.", key)
         hint = _did_you_mean(leaf, known, f"{where}." if where else "")
         # +key adds it, but only an entry without a schema takes a key its file does not list (a net of one's own):
         # a schema (brisk.run.schemas) has every argument of its constructor, and no code reads a new top-level key
