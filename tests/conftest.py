@@ -4,11 +4,19 @@ helpers.py."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from helpers import EXACT_DDP, FINISHED, TINY, main_in_process, main_printing, processes_of, run_cli, run_dir_of
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # make test's two workers on two cores: one torch thread each, and in the processes they start. Two threads
+    # each spin-wait on cores the other worker holds (brisk.utils.threads): test_speedrun.py took 53 s so, 33 s on one.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
