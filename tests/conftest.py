@@ -43,15 +43,6 @@ def project(tmp_path, brisk_root) -> Path:
     assert processes_of(tmp_path) == [], "processes left running after the test"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
-def pytest_collection_modifyitems(items):
-    """Under make test's two workers (--dist loadgroup), the tests that read the one 2-rank run go to one worker,
-    which makes it once: each worker makes its own session fixtures, and this one starts three processes."""
-    for item in items:
-        if "ddp_run" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("ddp_run"))
-
-
 @pytest.fixture(scope="session")
 def ddp_run(tmp_path_factory, brisk_root):
     """One brisk-train of EXACT_DDP in a project root of its own: (run directory, process, root). A 2-rank job starts
