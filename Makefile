@@ -25,7 +25,7 @@ demo: $(BIN)/brisk-train  ## short offline run on generated data
 test: $(VENV)/.dev  ## the test suite (CPU only), on two worker processes
 # Two workers, since most of the suite waits on process starts and imports (~4.5 s of torch and Lightning each), each
 # on one torch thread (tests/conftest.py). On the 2-core VM: 872 s in one process at 35f06ad, 666 s on two workers of
-# two threads, 488 s on two of one (575 s from a fresh clone). Each worker makes its own session fixtures.
+# two threads, 488 s on two of one (504 to 623 s from fresh clones). Each worker makes its own session fixtures.
 	$(BIN)/pytest -q -n 2 --durations=15 $(ARGS)
 
 test-all: $(VENV)/.dev  ## also the tests marked slow (those alone, pytest -m slow: 470 s on the two workers, 646 s in one)

@@ -281,9 +281,8 @@ def _composition(error: CompactHydraException, overrides: list[str], folders: Se
         given = next((o for o in overrides if o.partition("=")[0] == key), key)
         # callbacks.early_stopping.patience=2: a key of a group option that is not picked; hydra.launcher.n_jobs=2: a
         # key of a plugin's option (joblib's), whose schema is in Hydra's ConfigStore
-        if where.isidentifier() and any((Path(f) / where / f"{leaf}.yaml").is_file() for f in folders):
-            return BriskError(f"{given}: not in the config until its option is picked: add {where}={leaf}.", key)
-        if picks := _stored_options(group := where.replace(".", "/"), leaf):
+        group, in_folders = where.replace(".", "/"), any((Path(f) / where / f"{leaf}.yaml").is_file() for f in folders)
+        if picks := leaf if where.isidentifier() and in_folders else _stored_options(group, leaf):
             return BriskError(f"{given}: not in the config until its option is picked: add {group}={picks}.", key)
         hint = _did_you_mean(leaf, known, f"{where}." if where else "")
         # +key adds it, but only an entry without a schema takes a key its file does not list (a net of one's own):

@@ -33,12 +33,12 @@ def guard() -> None:
 def leave_process_group() -> None:
     """Destroy this process's torch.distributed group, if it has one, while Python still runs. Left to the end of the
     interpreter, gloo's worker threads may still hold tensors whose release then aborts the rank with SIGABRT
-    ("terminate called without an active exception"; pytorch PR #179291 traces it). Seen once, in a DDP sweep job's
-    rank 1 after its test had finished: the job failed with "rank 1 failed with exit code -6"."""
+    ("terminate called without an active exception"; pytorch PR #179291 traces it). Seen in a DDP sweep job's rank
+    1 after its test had finished, twice in fresh-clone runs: the job failed with "rank 1 failed with exit code -6"."""
     dist = sys.modules.get("torch.distributed")  # never imported here: a run that loaded no torch has no group
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
         # The group lives on in what still holds it, such as Lightning's DistributedDataParallel wrapper, in reference
         # cycles with the Trainer that only the collector frees: freed now, its threads end while Python still runs.
-        # Seen again at 9af3852 with the destroy alone, in the same test as before.
+        # Seen again at 9af3852 with the destroy alone; that the collection ends it is not yet shown.
         gc.collect()
